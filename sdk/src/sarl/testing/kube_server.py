@@ -1,0 +1,266 @@
+"""An in-memory Kubernetes API server on loopback, for tests of code that talks to a cluster.
+
+No real API server can run on the machines where sarl's tests run, so the operator tests
+(``tests/operators``) and the cluster-client tests (``tests/sarl/cluster``) use kmock's
+``KubernetesEmulator`` (by kopf's author): a real HTTP server that stores objects in memory and
+serves discovery, create/get/list/watch/patch/delete the way the API server does, but simply
+(merge patches, no admission, no validation against the CRD schema, no garbage collector).
+Whatever is asserted against it must be re-checked on a real cluster: the ``e2e`` tests do that.
+
+:class:`KubeServer` runs the emulator in a thread with its own event loop, so synchronous code
+(the ``kubernetes`` client, ``kopf.testing.KopfRunner``) can use it, and writes a kubeconfig
+pointing at it. Needs the ``kmock`` package (the ``dev`` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A resource to declare in discovery: ``group/version/plural`` and its kind."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    subresources: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/{self.version}/{self.plural}" if self.group else f"{self.version}/{self.plural}"
+
+
+#: The resources sarl's operator and client use.
+EXPERIMENTS = Resource("sarl.dev", "v1alpha1", "experiments", "Experiment", subresources=("status",))
+PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", subresources=("status",))
+ISVCS = Resource(
+    "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService", subresources=("status",)
+)
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+PODS = Resource("", "v1", "pods", "Pod", subresources=("log", "status"))
+EVENTS = Resource("", "v1", "events", "Event")
+EVENTS_K8S = Resource("events.k8s.io", "v1", "events", "Event")
+JOBS = Resource("batch", "v1", "jobs", "Job", subresources=("status",))
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+CRDS = Resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+    namespaced=False,
+)
+SARL_RESOURCES: tuple[Resource, ...] = (
+    EXPERIMENTS, PYTORCHJOBS, ISVCS, CONFIGMAPS, PODS, EVENTS, EVENTS_K8S, JOBS, NAMESPACES, CRDS,
+)
+
+
+def _emulator_class() -> Any:
+    """kmock's emulator plus what clients rely on from a real API server: ``uid``,
+    ``creationTimestamp``, ``generateName``, ``generation`` (bumped on spec changes) and ``resourceVersion`` on
+    writes, ``kind``/``apiVersion`` on lists, and pod logs (``set_log``)."""
+    import datetime
+    import itertools
+    import uuid
+
+    import kmock
+    from kmock._internal import enums
+
+    class SarlEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+        def __attrs_post_init__(self) -> None:
+            super().__attrs_post_init__()
+            self._versions = itertools.count(1)
+            self._kinds: dict[tuple[str, str], str] = {}
+            self._logs: dict[tuple[str, str], str] = {}
+
+        async def _handle(self, request: Any) -> Any:
+            res, data = request.resource, request.data
+            if res is not None and isinstance(data, dict) and request.subresource is None:
+                meta = data.setdefault("metadata", {})
+                if request.action == enums.action.CREATE:
+                    if not meta.get("name") and meta.get("generateName"):
+                        meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+                    meta.setdefault("uid", str(uuid.uuid4()))
+                    meta.setdefault("generation", 1)
+                    meta.setdefault(
+                        "creationTimestamp",
+                        datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    )
+                    if request.namespace:
+                        meta.setdefault("namespace", request.namespace)
+                elif request.action == enums.action.UPDATE and "spec" in data:
+                    key = (res, request.namespace, request.name)
+                    if key in self.objects and not self.objects[key].deleted:
+                        current = self.objects[key].raw.get("metadata", {})
+                        meta["generation"] = int(current.get("generation") or 1) + 1
+                if request.action in (enums.action.CREATE, enums.action.UPDATE):
+                    meta["resourceVersion"] = str(next(self._versions))
+            elif (
+                res is not None
+                and res.plural == "pods"
+                and request.subresource == "log"
+                and request.action == enums.action.FETCH
+            ):
+                text = self._logs.get((request.namespace or "", request.name or ""))
+                if text is None:
+                    raise kmock.KubernetesObjectNotFoundError()
+                import aiohttp.web
+
+                return aiohttp.web.Response(text=text, content_type="text/plain")
+            return await super()._handle(request)
+
+        async def _serve_list(self, request: Any) -> Any:
+            out = await super()._serve_list(request)
+            res = request.resource
+            group_version = f"{res.group}/{res.version}" if res.group else res.version
+            kind = self._kinds.get((res.group, res.plural), res.plural.capitalize())
+            return {"apiVersion": group_version, "kind": f"{kind}List", **out}
+
+    return SarlEmulator
+
+
+@dataclass
+class KubeServer:
+    """kmock's Kubernetes emulator on ``127.0.0.1:<free port>`` in a background thread."""
+
+    resources: tuple[Resource, ...] = SARL_RESOURCES
+    url: str = ""
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+    _stop: asyncio.Event | None = field(default=None, init=False, repr=False)
+    _emulator: Any = field(default=None, init=False, repr=False)
+
+    def start(self, timeout: float = 15.0) -> KubeServer:
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._serve(ready))
+            except BaseException as e:  # reported to start()'s caller
+                errors.append(e)
+                ready.set()
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="kube-server", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout) or errors:
+            raise RuntimeError(f"kmock server did not start: {errors[:1]}")
+        return self
+
+    async def _serve(self, ready: threading.Event) -> None:
+        import kmock
+
+        self._stop = asyncio.Event()
+        async with _emulator_class()() as emulator, kmock.Server(emulator) as server:
+            for res in self.resources:
+                emulator._kinds[(res.group, res.plural)] = res.kind
+                emulator.resources[res.key] = kmock.ResourceInfo(
+                    kind=res.kind,
+                    namespaced=res.namespaced,
+                    verbs=set(res.verbs),
+                    subresources=set(res.subresources),
+                    singular=res.kind.lower(),
+                )
+            self._emulator = emulator
+            self.url = str(server.url).rstrip("/")
+            ready.set()
+            await self._stop.wait()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    # ---- access from the test thread ----
+
+    def call(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(emulator)`` on the server's loop (the emulator is not thread-safe)."""
+        assert self._loop is not None
+
+        async def wrapped() -> T:
+            return fn(self._emulator)
+
+        return self.run(wrapped())
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        assert self._loop is not None
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result(timeout)
+
+    def objects(self, resource: Resource, namespace: str | None = None) -> dict[str, dict[str, Any]]:
+        """Live (not deleted) objects of ``resource``: name -> object (a deep copy)."""
+        import copy
+
+        def snapshot(emulator: Any) -> dict[str, dict[str, Any]]:
+            out: dict[str, dict[str, Any]] = {}
+            for (res, ns, name), obj in emulator.objects.items():
+                if res.plural != resource.plural or res.group != resource.group:
+                    continue
+                if obj.deleted or (namespace is not None and ns != namespace):
+                    continue
+                out[name] = copy.deepcopy(obj.raw)
+            return out
+
+        return self.call(snapshot)
+
+    def put(self, resource: Resource, namespace: str | None, obj: Mapping[str, Any]) -> None:
+        """Store ``obj`` directly (as a controller or the test's "cluster" would)."""
+        import kmock
+
+        def store(emulator: Any) -> None:
+            key = (kmock.resource(resource.key), namespace, obj["metadata"]["name"])
+            emulator.objects[key] = dict(obj)
+
+        self.call(store)
+
+    def set_log(self, namespace: str, pod: str, text: str) -> None:
+        """What ``GET .../pods/<pod>/log`` returns (404 until set)."""
+
+        def store(emulator: Any) -> None:
+            emulator._logs[(namespace, pod)] = text
+
+        self.call(store)
+
+    def kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        """Write a kubeconfig that points at this server (no TLS, no credentials)."""
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "kmock", "cluster": {"server": self.url}}],
+            "users": [{"name": "kmock", "user": {"token": "kmock"}}],
+            "contexts": [
+                {
+                    "name": "kmock",
+                    "context": {"cluster": "kmock", "user": "kmock", "namespace": namespace},
+                }
+            ],
+            "current-context": "kmock",
+        }
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+
+@contextmanager
+def kube_server(resources: tuple[Resource, ...] = SARL_RESOURCES) -> Iterator[KubeServer]:
+    """A started :class:`KubeServer`, stopped on exit."""
+    server = KubeServer(resources=resources).start()
+    try:
+        yield server
+    finally:
+        server.stop()
