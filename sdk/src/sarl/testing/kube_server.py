@@ -42,14 +42,16 @@ class Resource:
 
     @property
     def key(self) -> str:
-        return f"{self.group}/{self.version}/{self.plural}" if self.group else f"{self.version}/{self.plural}"
+        group_version = f"{self.group}/{self.version}" if self.group else self.version
+        return f"{group_version}/{self.plural}"
 
 
 #: The resources sarl's operator and client use.
-EXPERIMENTS = Resource("sarl.dev", "v1alpha1", "experiments", "Experiment", subresources=("status",))
-PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", subresources=("status",))
+_STATUS = ("status",)
+EXPERIMENTS = Resource("sarl.dev", "v1alpha1", "experiments", "Experiment", subresources=_STATUS)
+PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", subresources=_STATUS)
 ISVCS = Resource(
-    "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService", subresources=("status",)
+    "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService", subresources=_STATUS
 )
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 PODS = Resource("", "v1", "pods", "Pod", subresources=("log", "status"))
@@ -58,18 +60,31 @@ EVENTS_K8S = Resource("events.k8s.io", "v1", "events", "Event")
 JOBS = Resource("batch", "v1", "jobs", "Job", subresources=("status",))
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 CRDS = Resource(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
     namespaced=False,
 )
 SARL_RESOURCES: tuple[Resource, ...] = (
-    EXPERIMENTS, PYTORCHJOBS, ISVCS, CONFIGMAPS, PODS, EVENTS, EVENTS_K8S, JOBS, NAMESPACES, CRDS,
+    EXPERIMENTS,
+    PYTORCHJOBS,
+    ISVCS,
+    CONFIGMAPS,
+    PODS,
+    EVENTS,
+    EVENTS_K8S,
+    JOBS,
+    NAMESPACES,
+    CRDS,
 )
 
 
 def _emulator_class() -> Any:
     """kmock's emulator plus what clients rely on from a real API server: ``uid``,
-    ``creationTimestamp``, ``generateName``, ``generation`` (bumped on spec changes) and ``resourceVersion`` on
-    writes, ``kind``/``apiVersion`` on lists, and pod logs (``set_log``)."""
+    ``creationTimestamp``, ``generateName``, ``generation`` (bumped on spec changes) and
+    ``resourceVersion`` on writes, ``kind``/``apiVersion`` on lists, and pod logs
+    (``set_log``)."""
     import datetime
     import itertools
     import uuid
@@ -203,7 +218,9 @@ class KubeServer:
         fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result(timeout)
 
-    def objects(self, resource: Resource, namespace: str | None = None) -> dict[str, dict[str, Any]]:
+    def objects(
+        self, resource: Resource, namespace: str | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Live (not deleted) objects of ``resource``: name -> object (a deep copy)."""
         import copy
 
