@@ -92,7 +92,7 @@ def _emulator_class() -> Any:
     import kmock
     from kmock._internal import enums
 
-    class SarlEmulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+    class SarlEmulator(kmock.KubernetesEmulator):
         def __attrs_post_init__(self) -> None:
             super().__attrs_post_init__()
             self._versions = itertools.count(1)
@@ -104,6 +104,8 @@ def _emulator_class() -> Any:
             if res is not None and isinstance(data, dict) and request.subresource is None:
                 meta = data.setdefault("metadata", {})
                 if request.action == enums.action.CREATE:
+                    data.setdefault("apiVersion", f"{res.group}/{res.version}".lstrip("/"))
+                    data.setdefault("kind", self._kinds.get((res.group, res.plural), "Unknown"))
                     if not meta.get("name") and meta.get("generateName"):
                         meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
                     meta.setdefault("uid", str(uuid.uuid4()))
@@ -136,7 +138,7 @@ def _emulator_class() -> Any:
             return await super()._handle(request)
 
         async def _serve_list(self, request: Any) -> Any:
-            out = await super()._serve_list(request)
+            out: dict[str, Any] = await super()._serve_list(request)  # type: ignore[assignment]
             res = request.resource
             group_version = f"{res.group}/{res.version}" if res.group else res.version
             kind = self._kinds.get((res.group, res.plural), res.plural.capitalize())
