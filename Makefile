@@ -31,7 +31,7 @@ $(VENV_VERL)/.installed: sdk/pyproject.toml jobs/pyproject.toml
 	$(PY_VERL) -m pip install $(PIP_FLAGS) --upgrade pip
 	$(PY_VERL) -m pip install $(PIP_FLAGS) $(TORCH)
 	$(PY_VERL) -m pip install $(PIP_FLAGS) -e "sdk[verl,test]"
-	$(PY_VERL) -m pip install $(PIP_FLAGS) -e jobs
+	$(PY_VERL) -m pip install $(PIP_FLAGS) -e "jobs[verl]"
 	touch $@
 
 setup-main: $(VENV)/.installed

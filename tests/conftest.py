@@ -40,6 +40,7 @@ def s3_endpoint() -> Iterator[str]:
     moto's server is a real S3-compatible HTTP server on loopback (signing, multipart, listing,
     error XML), so S3 code is exercised over HTTP exactly as against MinIO or AWS.
     """
+    pytest.importorskip("moto")  # the dev extra; the verl environment has no moto
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request

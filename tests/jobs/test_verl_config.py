@@ -160,3 +160,42 @@ def test_weighted_or_several_rewards_are_refused() -> None:
     )
     with pytest.raises(ValueError, match=r"spec\.reward"):
         overrides_for(exp)
+
+
+def test_resume_layout_is_the_one_verl_resumes_from(tmp_path: os.PathLike[str]) -> None:
+    """What sarl_jobs.resume restores from the store is found by verl's own resume lookup,
+    and the composed config resumes automatically from that directory."""
+    pytest.importorskip("minio")
+    from pathlib import Path
+
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    from sarl.storage import open_store
+    from sarl_jobs.resume import StoreSettings, restore_verl
+
+    root = Path(tmp_path)
+    (root / "src" / "actor").mkdir(parents=True)
+    (root / "src" / "actor" / "model_world_size_1_rank_0.pt").write_bytes(b"w" * 8)
+    open_store(str(root / "store")).save(12, root / "src", {"backend": "verl"})
+    settings = StoreSettings(uri=str(root / "store"), endpoint_url=None, keep_last=2)
+    assert restore_verl(settings, root / "ckpt") == 12
+    assert find_latest_ckpt_path(str(root / "ckpt")) == str(root / "ckpt" / "global_step_12")
+
+    exp = experiment("paper-grpo-math")
+    cfg = compose_verl(
+        overrides_for(
+            exp,
+            checkpoint_uri="s3://bucket/ckpt/ns/job",
+            checkpoint_dir=str(root / "ckpt"),
+            endpoint_url="http://minio:9000",
+            tracking_uri="http://mlflow.sarl:5000",
+        )
+    )
+    assert cfg.trainer.resume_mode == "auto"
+    assert cfg.trainer.default_local_dir == str(root / "ckpt")
+    assert "hf_model" in cfg.actor_rollout_ref.actor.checkpoint.save_contents
+    assert "hf_model" not in cfg.actor_rollout_ref.actor.checkpoint.load_contents
+    callback = StoreCheckpointCallback(config=cfg)
+    assert (callback.uri, callback.endpoint_url) == ("s3://bucket/ckpt/ns/job", "http://minio:9000")
+    env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env.env_vars)
+    assert env_vars == {"MLFLOW_TRACKING_URI": "http://mlflow.sarl:5000"}

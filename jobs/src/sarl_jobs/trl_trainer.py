@@ -14,7 +14,9 @@ The spec -> ``GRPOConfig``/``RLOOConfig`` mapping is ``sarl.runner.trl_config.tr
 rewards are ``sarl.integrations.trl.make_trl_reward``. PPO needs a critic and is refused: run it
 with :mod:`sarl_jobs.verl_trainer`. Checkpoints: TRL saves every ``storage.every_n_steps``
 (full state dict, gathered on rank 0), and rank 0 pushes each ``checkpoint-N`` directory to
-``storage.checkpoint_uri``. Tracking: transformers' MLflow callback (``MLFLOW_TRACKING_URI``).
+``storage.checkpoint_uri`` (or the operator's ``SARL_CHECKPOINT_URI``); at start the newest
+complete one is restored from there (:mod:`sarl_jobs.resume`) and training resumes from it.
+Tracking: transformers' MLflow callback (``MLFLOW_TRACKING_URI``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
 from sarl_jobs.cluster import ClusterEnv
+from sarl_jobs.resume import StoreSettings, local_trl_checkpoint, restore_trl
 
 SUPPORTED = ("grpo", "rloo")
 _MIXED_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}
@@ -168,8 +171,16 @@ def train(cfg_path: str | Path, *, output_dir: str | Path = "/tmp/sarl-trl") -> 
         args=args,
         train_dataset=dataset,
     )
-    trainer.add_callback(_upload_callback(exp))
-    trainer.train()
+    store = StoreSettings.resolve(exp, os.environ)
+    trainer.add_callback(_upload_callback(store))
+    # Every node needs the files; one process per node downloads, the others wait for it.
+    resume_from = None
+    if state.is_local_main_process:
+        resume_from = restore_trl(store, Path(output_dir))
+    state.wait_for_everyone()
+    if resume_from is None:
+        resume_from = local_trl_checkpoint(Path(output_dir))
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
 
 
 def _model_path(exp: Experiment, root: Path) -> str:
@@ -185,12 +196,11 @@ def _model_path(exp: Experiment, root: Path) -> str:
     )
 
 
-def _upload_callback(exp: Experiment) -> Any:
+def _upload_callback(settings: StoreSettings) -> Any:
     """A TrainerCallback pushing each saved ``checkpoint-N`` to the store (rank 0 only)."""
     from transformers import TrainerCallback
 
-    storage = exp.spec.storage
-    uri = storage.checkpoint_uri
+    uri = settings.uri
 
     class UploadCheckpoints(TrainerCallback):
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -198,10 +208,10 @@ def _upload_callback(exp: Experiment) -> Any:
                 return
             from sarl.storage import open_store
 
-            store = open_store(uri, endpoint_url=storage.endpoint_url)
+            store = open_store(uri, endpoint_url=settings.endpoint_url)
             step_dir = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             store.save(state.global_step, step_dir, {"backend": "trl"})
-            store.prune(storage.keep_last)
+            store.prune(settings.keep_last)
 
     return UploadCheckpoints()
 

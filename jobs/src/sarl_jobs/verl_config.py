@@ -14,7 +14,9 @@ imports neither verl nor Hydra. Every key is checked against verl 0.9.1's own co
 * Evaluation: ``trainer.test_freq`` and ``rollout.val_kwargs`` (k samples at the eval
   temperature; for group rewards ``val_kwargs.n`` must be the group size, see
   ``sarl.integrations.verl.reward_manager``).
-* Checkpoints: ``trainer.save_freq``; ``trainer.checkpoint_callback_class`` is
+* Checkpoints: ``trainer.save_freq``, ``trainer.resume_mode=auto`` on ``default_local_dir``
+  (filled from the store by :mod:`sarl_jobs.resume`), HF weights saved too (for evaluation);
+  ``trainer.checkpoint_callback_class`` is
   :class:`sarl_jobs.checkpoints.StoreCheckpointCallback`, which pushes each saved
   ``global_step_N`` directory to ``storage.checkpoint_uri`` (settings under ``sarl.storage``).
 * Rewards: :func:`sarl.integrations.verl.overrides.verl_reward_overrides` (group rewards go to
@@ -50,12 +52,17 @@ def verl_overrides(
     mlflow_run_id: str | None = None,
     model_path: str | None = None,
     checkpoint_uri: str | None = None,
+    checkpoint_dir: str | None = None,
+    endpoint_url: str | None = None,
+    tracking_uri: str | None = None,
 ) -> list[str]:
     """The Hydra overrides that run ``exp`` with verl 0.9.1's ``main_ppo``.
 
     ``model_path`` replaces ``spec.model.name`` (required for the built-in model, which the job
-    builds locally first); ``checkpoint_uri`` replaces ``storage.checkpoint_uri`` (None in both:
-    no upload). Raises ValueError naming the field for specs verl cannot run.
+    builds locally first); ``checkpoint_uri`` and ``endpoint_url`` replace ``storage.*`` (None in
+    both: no upload); ``checkpoint_dir`` is verl's local checkpoint directory, resumed from
+    automatically (:mod:`sarl_jobs.resume` fills it from the store); ``tracking_uri`` replaces
+    ``tracking.mlflow_uri``. Raises ValueError naming the field for specs verl cannot run.
     """
     spec = exp.spec
     algo = spec.algorithm
@@ -79,6 +86,8 @@ def verl_overrides(
         **_actor_rollout_ref(exp, model),
         **_trainer(exp, n_gpus_per_node=n_gpus_per_node, nnodes=nnodes),
     }
+    if checkpoint_dir is not None:
+        values["trainer.default_local_dir"] = checkpoint_dir
     if algo.name == "ppo":
         values.update(
             {
@@ -91,8 +100,8 @@ def verl_overrides(
         )
     lines = [f"{key}={hydra_value(value)}" for key, value in values.items()]
     lines += _reward(exp)
-    lines += _storage(exp, checkpoint_uri)
-    lines += _tracking_env(exp, mlflow_run_id)
+    lines += _storage(exp, checkpoint_uri, endpoint_url)
+    lines += _tracking_env(tracking_uri or exp.spec.tracking.mlflow_uri, mlflow_run_id)
     return lines
 
 
@@ -111,6 +120,10 @@ def _actor_rollout_ref(exp: Experiment, model: str) -> dict[str, object]:
         f"{_AR}.actor.kl_loss_coef": algo.kl_coef,
         f"{_AR}.actor.kl_loss_type": algo.kl_type,
         f"{_AR}.actor.entropy_coeff": algo.entropy_coef,
+        # Also save HF weights (actor/huggingface/) so the evaluation job can load a checkpoint
+        # without verl's FSDP shard layout; resuming loads the shards only.
+        f"{_AR}.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],
+        f"{_AR}.actor.checkpoint.load_contents": ["model", "optimizer", "extra"],
         f"{_AR}.ref.strategy": "fsdp2",
         f"{_AR}.ref.log_prob_micro_batch_size_per_gpu": micro,
         f"{_AR}.rollout.name": "vllm",
@@ -141,6 +154,8 @@ def _trainer(exp: Experiment, *, n_gpus_per_node: int, nnodes: int) -> dict[str,
         "trainer.checkpoint_callback_class": CHECKPOINT_CALLBACK,
         "trainer.max_actor_ckpt_to_keep": exp.spec.storage.keep_last,
         "trainer.max_critic_ckpt_to_keep": exp.spec.storage.keep_last,
+        # Resume from trainer.default_local_dir's newest checkpoint when there is one.
+        "trainer.resume_mode": "auto",
     }
     if algo.max_steps is not None:
         values["trainer.total_training_steps"] = algo.max_steps
@@ -164,18 +179,17 @@ def _reward(exp: Experiment) -> list[str]:
     )
 
 
-def _storage(exp: Experiment, checkpoint_uri: str | None) -> list[str]:
+def _storage(exp: Experiment, checkpoint_uri: str | None, endpoint_url: str | None) -> list[str]:
     storage = exp.spec.storage
-    uri = checkpoint_uri or storage.checkpoint_uri
     values: dict[str, object] = {
-        "checkpoint_uri": uri,
-        "endpoint_url": storage.endpoint_url,
+        "checkpoint_uri": checkpoint_uri or storage.checkpoint_uri,
+        "endpoint_url": endpoint_url or storage.endpoint_url,
         "keep_last": storage.keep_last,
     }
     return [f"++{SARL_STORAGE_KEY}.{k}={hydra_value(v)}" for k, v in values.items()]
 
 
-def _tracking_env(exp: Experiment, mlflow_run_id: str | None) -> list[str]:
-    env = {"MLFLOW_TRACKING_URI": exp.spec.tracking.mlflow_uri, "MLFLOW_RUN_ID": mlflow_run_id}
+def _tracking_env(tracking_uri: str | None, mlflow_run_id: str | None) -> list[str]:
+    env = {"MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_RUN_ID": mlflow_run_id or None}
     prefix = "++ray_kwargs.ray_init.runtime_env.env_vars"
     return [f"{prefix}.{k}={hydra_value(v)}" for k, v in env.items() if v is not None]

@@ -13,6 +13,9 @@ extra (``pip install -e jobs[verl]``) and GPUs.
   :func:`sarl_jobs.verl_config.verl_overrides` and runs verl's ``main_ppo.main`` (the driver).
 * Other ranks join with ``ray start --address=$MASTER_ADDR:6379 --block`` and live as long as the
   head; when the driver ends the head stops and the workers exit.
+* Resume: before the driver starts, :func:`sarl_jobs.resume.restore_verl` puts the store's
+  newest complete checkpoint into ``trainer.default_local_dir`` (verl resumes from it), so a
+  restarted pod or a re-created Experiment continues where the last upload left off.
 * Checkpoints: verl saves every ``storage.every_n_steps`` under ``trainer.default_local_dir``;
   :class:`sarl_jobs.checkpoints.StoreCheckpointCallback` (verl's post-save hook) pushes each one
   to ``storage.checkpoint_uri`` with :func:`sarl.storage.open_store` and prunes to ``keep_last``.
@@ -34,6 +37,7 @@ from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
 from sarl_jobs.cluster import ClusterEnv, ray_start_command
 from sarl_jobs.data import problems, verl_rows
+from sarl_jobs.resume import StoreSettings, restore_verl
 from sarl_jobs.verl_config import verl_overrides
 
 logger = logging.getLogger(__name__)
@@ -62,9 +66,13 @@ def main(cfg_path: str | Path, *, workdir: str | Path = "/tmp/sarl-verl") -> Non
 
 
 def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
-    """The driver on rank 0: prompts and model on local disk, then verl's ``main_ppo``."""
+    """The driver on rank 0: prompts, model and the last checkpoint on local disk, then verl's
+    ``main_ppo``."""
     gpus = exp.spec.resources.gpus_per_node
     train_files, val_files = write_parquet(exp, root / "data")
+    store = StoreSettings.resolve(exp, os.environ)
+    checkpoint_dir = root / "checkpoints"
+    restore_verl(store, checkpoint_dir)
     overrides = verl_overrides(
         exp,
         train_files=str(train_files),
@@ -73,6 +81,10 @@ def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
         nnodes=env.world_size,
         mlflow_run_id=os.environ.get("MLFLOW_RUN_ID"),
         model_path=_model_path(exp, root) if exp.spec.model.is_builtin else None,
+        checkpoint_uri=store.uri,
+        checkpoint_dir=str(checkpoint_dir),
+        endpoint_url=store.endpoint_url,
+        tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"),
     )
     run_verl(overrides)
 

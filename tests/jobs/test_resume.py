@@ -1,0 +1,103 @@
+"""A restarted cluster job resumes from the newest complete checkpoint in the store.
+
+Real stores: a local directory and a moto S3 server (over HTTP, through the minio client)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("minio")  # sarl.storage's S3 client (the [local] extra)
+
+from minio import Minio
+
+from sarl.spec.experiment import Experiment
+from sarl.storage import StorageError, open_store
+from sarl_jobs.resume import VERL_TRACKER, StoreSettings, restore_trl, restore_verl
+
+
+def _saved(tmp_path: Path, store_uri: str, steps: list[int], **kw: str | None) -> StoreSettings:
+    store = open_store(store_uri, **kw)
+    for step in steps:
+        src = tmp_path / f"src-{step}"
+        (src / "actor").mkdir(parents=True)
+        (src / "actor" / "model.pt").write_bytes(bytes([step]) * 32)
+    for step in steps:
+        store.save(step, tmp_path / f"src-{step}", {"backend": "verl"})
+    return StoreSettings(uri=store_uri, endpoint_url=kw.get("endpoint_url"), keep_last=3)
+
+
+def test_verl_gets_the_newest_step_and_its_tracker(tmp_path: Path) -> None:
+    settings = _saved(tmp_path, str(tmp_path / "store"), [2, 4])
+    ckpt = tmp_path / "ckpt"
+    assert restore_verl(settings, ckpt) == 4
+    assert (ckpt / VERL_TRACKER).read_text() == "4"
+    assert (ckpt / "global_step_4" / "actor" / "model.pt").read_bytes() == bytes([4]) * 32
+    assert not (ckpt / "global_step_2").exists()
+
+
+def test_newer_local_checkpoint_wins_and_nothing_is_downloaded(tmp_path: Path) -> None:
+    settings = _saved(tmp_path, str(tmp_path / "store"), [2])
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "global_step_6").mkdir(parents=True)
+    (ckpt / VERL_TRACKER).write_text("6")
+    assert restore_verl(settings, ckpt) == 6
+    assert not (ckpt / "global_step_2").exists()
+
+
+def test_unfinished_local_save_is_replaced(tmp_path: Path) -> None:
+    settings = _saved(tmp_path, str(tmp_path / "store"), [4])
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "global_step_4" / "actor").mkdir(parents=True)  # killed mid-save: no tracker update
+    (ckpt / "global_step_4" / "actor" / "partial.pt").write_bytes(b"x")
+    (ckpt / "global_step_2").mkdir()
+    (ckpt / VERL_TRACKER).write_text("2")
+    assert restore_verl(settings, ckpt) == 4
+    assert sorted(p.name for p in (ckpt / "global_step_4" / "actor").iterdir()) == ["model.pt"]
+
+
+@pytest.mark.parametrize("uri", [None, "empty"])
+def test_no_uri_or_empty_store_means_from_scratch(tmp_path: Path, uri: str | None) -> None:
+    store_uri = str(tmp_path / "store") if uri else None
+    settings = StoreSettings(uri=store_uri, endpoint_url=None, keep_last=3)
+    assert restore_verl(settings, tmp_path / "ckpt") is None
+    assert restore_trl(settings, tmp_path / "out") is None
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_trl_layout(tmp_path: Path) -> None:
+    settings = _saved(tmp_path, str(tmp_path / "store"), [3, 5])
+    out = tmp_path / "out"
+    resumed = restore_trl(settings, out)
+    assert resumed == out / "checkpoint-5"
+    assert (resumed / "actor" / "model.pt").exists()
+    (out / "checkpoint-9").mkdir()  # a newer local save
+    assert restore_trl(settings, out) == out / "checkpoint-9"
+
+
+def test_settings_come_from_the_operator_env_first() -> None:
+    exp = Experiment.model_validate(
+        {"metadata": {"name": "job"}, "spec": {"preset": "paper-grpo-math"}}
+    )
+    env = {"SARL_CHECKPOINT_URI": "s3://b/ckpt/ns/job", "AWS_ENDPOINT_URL": "http://minio:9000"}
+    settings = StoreSettings.resolve(exp, env)
+    assert (settings.uri, settings.endpoint_url) == ("s3://b/ckpt/ns/job", "http://minio:9000")
+    assert StoreSettings.resolve(exp, {}).uri == exp.spec.storage.checkpoint_uri
+
+
+def test_s3_store_resume_and_unreadable_store_raises(
+    tmp_path: Path, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    bucket = f"resume-{uuid.uuid4().hex[:8]}"
+    Minio(s3_endpoint.removeprefix("http://"), "testing", "testing", secure=False).make_bucket(
+        bucket
+    )
+    settings = _saved(tmp_path, f"s3://{bucket}/ckpt", [7], endpoint_url=s3_endpoint)
+    assert restore_verl(settings, tmp_path / "ckpt") == 7
+    missing = StoreSettings(uri="s3://no-such-bucket/x", endpoint_url=s3_endpoint, keep_last=1)
+    with pytest.raises(StorageError):
+        restore_verl(missing, tmp_path / "ckpt2")
