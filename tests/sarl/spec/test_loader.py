@@ -56,6 +56,17 @@ def test_every_example_validates(path: Path) -> None:
             {"metadata": {"name": "x"}, "spec": {"algorithm": {"mini_batch_size": 512}}},
             "mini_batch_size: 512 exceeds train_batch_size 256",
         ),
+        (
+            {
+                "metadata": {"name": "x"},
+                "spec": {"preset": "paper-ppo-math", "resources": {"backend": "trl"}},
+            },
+            "resources.backend: 'trl' trains grpo and rloo only",
+        ),
+        (
+            {"metadata": {"name": "x"}, "spec": {"resources": {"backend": "deepspeed"}}},
+            "spec.resources.backend='deepspeed'",
+        ),
         ({"metadata": {"name": "x"}, "spec": {"preset": "nope"}}, "unknown preset 'nope'"),
         ({"metadata": {"name": "x"}, "spec": {"modle": {}}}, "spec.modle"),
         ({"apiVersion": "v2", "metadata": {"name": "x"}}, "apiVersion='v2'"),

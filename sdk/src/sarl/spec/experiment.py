@@ -222,6 +222,16 @@ class ResourcesSpec(_Strict):
     memory: str | None = None
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    backend: Literal["verl", "trl"] = Field(
+        default="verl",
+        description="Cluster trainer: 'verl' (ppo, grpo, rloo; FSDP2 + vLLM rollouts, Ray) or "
+        "'trl' (grpo, rloo; accelerate FSDP2). Local runs always use TRL.",
+    )
+    image: str | None = Field(
+        default=None,
+        description="Trainer image for this Experiment; default: the platform's image for "
+        "the backend (verl and TRL need separate images).",
+    )
 
 
 class ExperimentSpec(_Strict):
@@ -252,6 +262,16 @@ class ExperimentSpec(_Strict):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+
+    @model_validator(mode="after")
+    def _backend_runs_algorithm(self) -> ExperimentSpec:
+        # PPO needs a critic (GAE), which only the verl trainer has.
+        if self.resources.backend == "trl" and self.algorithm.name == "ppo":
+            raise ValueError(
+                "resources.backend: 'trl' trains grpo and rloo only; algorithm 'ppo' (GAE with "
+                "a critic) needs backend 'verl'"
+            )
+        return self
 
 
 def _explicit(value: Any) -> Any:
