@@ -1,8 +1,9 @@
 """``sarl.Client``: the Python entry point to run Experiments from notebooks and scripts.
 
-``sarl.Client.local().run(exp)`` trains on this machine (the embedded default); cluster
-submission (``sarl.Client().submit(exp)``) arrives with the cluster path. Called by users and by
-``sarl run``.
+``sarl.Client.local().run(exp)`` trains on this machine (the embedded default);
+``sarl.Client().submit(exp)`` runs it on a Kubernetes cluster with the sarl platform chart
+installed (``Client`` is :class:`sarl.cluster.ClusterClient`: submit, get, list, status, wait,
+logs, delete; needs ``pip install 'sarl[cluster]'``). Called by users and by ``sarl run``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sarl.cluster.client import ClusterClient
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
 
@@ -49,8 +51,9 @@ class LocalClient:
         return run_local(exp, opts)
 
 
-class Client:
-    """Entry point: ``Client.local()`` for the embedded default."""
+class Client(ClusterClient):
+    """``Client()`` (kubeconfig or in-cluster; see :class:`~sarl.cluster.ClusterClient` for the
+    options) submits to a cluster; ``Client.local()`` trains on this machine."""
 
     @staticmethod
     def local(

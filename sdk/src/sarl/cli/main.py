@@ -13,7 +13,7 @@ from importlib.metadata import entry_points
 
 import typer
 
-from sarl.cli import compare, demo, maps, reward, run
+from sarl.cli import cluster, compare, demo, maps, reward, run
 
 app = typer.Typer(
     name="sarl",
@@ -30,6 +30,11 @@ app.command("validate")(run.validate_command)
 app.command("presets")(run.presets_command)
 app.command("rewards")(run.rewards_command)
 app.command("compare")(compare.compare_command)
+app.command("submit")(cluster.submit_command)
+app.command("status")(cluster.status_command)
+app.command("logs")(cluster.logs_command)
+app.command("wait")(cluster.wait_command)
+app.command("delete")(cluster.delete_command)
 
 
 def add_plugins(target: typer.Typer) -> None:

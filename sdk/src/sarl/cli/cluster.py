@@ -1,0 +1,298 @@
+"""``sarl submit|status|logs|delete|wait``: Experiments on a Kubernetes cluster from the shell.
+
+Registered by ``sarl.cli.main``; each command is a thin wrapper over
+:class:`sarl.cluster.ClusterClient` (``kubernetes`` is imported only when a command runs).
+Every command takes ``--kubeconfig``/``--context`` and ``-n/--namespace`` (default: the
+context's namespace). Exit codes: 0 ok; 1 cluster or API error, or the Experiment ended
+``Failed`` (``wait``, ``submit --wait``), one ``error:`` line on stderr; 2 invalid spec or usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sarl.cli.options import fail
+
+if TYPE_CHECKING:
+    from sarl.cluster.client import ClusterClient
+    from sarl.cluster.models import ExperimentInfo
+
+
+class Replica(StrEnum):
+    master = "master"
+    worker = "worker"
+
+
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."),
+]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
+NamespaceOpt = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="Namespace (default: the context's, else default)."),
+]
+NameArg = Annotated[str, typer.Argument(help="Experiment name.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait at most.", min=0)]
+IntervalOpt = Annotated[
+    float, typer.Option("--interval", help="Seconds between status polls.", min=0.01)
+]
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """SpecError/ValueError → exit 2, ClusterError → exit 1; one line on stderr, no traceback."""
+    from sarl.cluster.errors import ClusterError
+    from sarl.spec.loader import SpecError
+
+    try:
+        yield
+    except (SpecError, ValueError) as e:
+        raise fail(str(e)) from e
+    except ClusterError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(code=1) from e
+
+
+def _client(kubeconfig: Path | None, context: str | None, namespace: str | None) -> ClusterClient:
+    from sarl.cluster.client import ClusterClient
+
+    return ClusterClient(kubeconfig=kubeconfig, context=context, namespace=namespace)
+
+
+@contextmanager
+def _progress(name: str) -> Iterator[Callable[[ExperimentInfo], None]]:
+    """A status line on stderr (animated on a terminal; one line per change otherwise)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    last: list[str] = []
+
+    def line(info: ExperimentInfo) -> str:
+        return f"{name}: {info.status.summary()} (age {info.age()})"
+
+    if console.is_terminal:
+        with console.status(f"{name}: waiting for the first status") as status:
+            yield lambda info: status.update(line(info))
+        return
+
+    def changed(info: ExperimentInfo) -> None:
+        summary = info.status.summary()
+        if not last or last[-1] != summary:
+            last.append(summary)
+            console.print(line(info), highlight=False, soft_wrap=True)
+
+    yield changed
+
+
+def _wait_and_report(
+    client: ClusterClient,
+    name: str,
+    namespace: str,
+    until: str | None,
+    timeout: float,
+    interval: float,
+) -> None:
+    """Wait, print the final phase; exit 1 if it ended Failed."""
+    with _progress(name) as on_poll:
+        info = client.wait(
+            name,
+            namespace=namespace,
+            until=until,
+            timeout=timeout,
+            poll_interval=interval,
+            on_poll=on_poll,
+        )
+    if info.phase == "Failed":
+        why = info.status.failure_message()
+        typer.echo(f"error: experiment {name} Failed" + (f": {why}" if why else ""), err=True)
+        raise typer.Exit(code=1)
+    typer.echo(f"experiment {name} {info.status.summary()}")
+
+
+def submit_command(
+    experiment: Annotated[Path, typer.Argument(help="Experiment YAML (sarl.dev/v1alpha1).")],
+    namespace: NamespaceOpt = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Replace the spec of an existing Experiment.")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until it Succeeded (exit 0) or Failed (exit 1).")
+    ] = False,
+    timeout: TimeoutOpt = 86400.0,
+    interval: IntervalOpt = 10.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Validate an Experiment and create it on the cluster (the operator runs it)."""
+    from sarl.cluster.errors import AlreadyExists
+    from sarl.spec.loader import load_experiment
+
+    with _errors():
+        exp = load_experiment(experiment)  # invalid → exit 2 before any connection
+        client = _client(kubeconfig, context, namespace)
+        try:
+            info, action = client.submit(exp, namespace=namespace), "created"
+        except AlreadyExists:
+            if not replace:
+                raise
+            info, action = client.replace(exp, namespace=namespace), "replaced"
+        typer.echo(f"experiment {info.name} {action} in namespace {info.namespace}")
+        if wait:
+            _wait_and_report(client, info.name, info.namespace, None, timeout, interval)
+
+
+def status_command(
+    name: Annotated[str | None, typer.Argument(help="Experiment name (omit to list).")] = None,
+    namespace: NamespaceOpt = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="List in every namespace.")
+    ] = False,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Show one Experiment in detail, or list them like `kubectl get experiments`."""
+    if name and all_namespaces:
+        raise fail("give a NAME or --all-namespaces, not both")
+    with _errors():
+        client = _client(kubeconfig, context, namespace)
+        if name:
+            typer.echo(details(client.get(name, namespace=namespace)))
+            return
+        infos = client.list(namespace=namespace, all_namespaces=all_namespaces)
+    if not infos:
+        where = "any namespace" if all_namespaces else f"namespace {namespace or client.namespace}"
+        typer.echo(f"No experiments found in {where}.", err=True)
+        return
+    typer.echo(table(infos, with_namespace=all_namespaces))
+
+
+def logs_command(
+    name: NameArg,
+    namespace: NamespaceOpt = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream new lines.")] = False,
+    tail: Annotated[
+        int | None, typer.Option("--tail", help="Only the last N lines.", min=0)
+    ] = None,
+    replica: Annotated[Replica, typer.Option("--replica", help="PyTorchJob replica.")] = (
+        Replica.master
+    ),
+    index: Annotated[int, typer.Option("--index", help="Replica index.", min=0)] = 0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Print the training pod's log (the PyTorchJob's master by default)."""
+    with _errors():
+        client = _client(kubeconfig, context, namespace)
+        lines = client.logs(
+            name, namespace=namespace, follow=follow, tail=tail, replica=replica.value, index=index
+        )
+        try:
+            for line in lines:
+                typer.echo(line)
+        except KeyboardInterrupt:
+            raise typer.Exit(code=130) from None
+
+
+def delete_command(
+    name: NameArg,
+    namespace: NamespaceOpt = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Return once it and its children are gone.")
+    ] = False,
+    timeout: TimeoutOpt = 300.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Delete an Experiment; its ConfigMap, PyTorchJob and InferenceServices go with it."""
+    with _errors():
+        client = _client(kubeconfig, context, namespace)
+        client.delete(name, namespace=namespace, wait=wait, timeout=timeout)
+    ns = namespace or client.namespace
+    typer.echo(f"experiment {name} deleted from namespace {ns}")
+
+
+def wait_command(
+    name: NameArg,
+    namespace: NamespaceOpt = None,
+    until: Annotated[
+        str | None,
+        typer.Option("--for", help="Phase to wait for (default: Succeeded or Failed)."),
+    ] = None,
+    timeout: TimeoutOpt = 3600.0,
+    interval: IntervalOpt = 5.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Wait for an Experiment's phase; exit 1 if it ends Failed or the timeout passes."""
+    from sarl.cluster.client import wanted_phases
+
+    with _errors():
+        wanted_phases(until)  # a typo in --for is a usage error (2), before connecting
+        client = _client(kubeconfig, context, namespace)
+        _wait_and_report(client, name, namespace or client.namespace, until, timeout, interval)
+
+
+# ---- rendering (plain text, aligned like kubectl, safe to grep) ----
+
+
+def _cell(value: object) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def table(infos: list[ExperimentInfo], *, with_namespace: bool = False) -> str:
+    """``NAME PHASE STEP REWARD MLFLOW AGE`` (``NAMESPACE`` first with ``-A``)."""
+    head = ["NAME", "PHASE", "STEP", "REWARD", "MLFLOW", "AGE"]
+    rows = [
+        [
+            i.name,
+            _cell(i.phase),
+            _cell(i.status.last_step),
+            _cell(i.status.last_reward),
+            _cell(i.status.mlflow_run_url),
+            i.age(),
+        ]
+        for i in infos
+    ]
+    if with_namespace:
+        head = ["NAMESPACE", *head]
+        rows = [[i.namespace, *row] for i, row in zip(infos, rows, strict=True)]
+    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
+    return "\n".join(
+        "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [head, *rows]
+    )
+
+
+def details(info: ExperimentInfo) -> str:
+    """A ``kubectl describe``-like view of one Experiment, conditions included."""
+    st = info.status
+    fields = [
+        ("Name", info.name),
+        ("Namespace", info.namespace),
+        ("Phase", _cell(st.phase)),
+        ("Step", _cell(st.last_step)),
+        ("Reward", _cell(st.last_reward)),
+        ("MLflow run", _cell(st.mlflow_run_url)),
+        ("MLflow run id", _cell(st.mlflow_run_id)),
+        ("Checkpoint", _cell(st.checkpoint_uri)),
+        ("Generation", f"{_cell(info.generation)} (observed {_cell(st.observed_generation)})"),
+        ("Age", info.age()),
+    ]
+    out = [f"{k + ':':15}{v}" for k, v in fields]
+    out.append("Conditions:" if st.conditions else "Conditions:    -")
+    for c in st.conditions:
+        reason = f" {c.reason}" if c.reason else ""
+        message = f": {c.message}" if c.message else ""
+        out.append(f"  {c.type}={c.status}{reason}{message}")
+    return "\n".join(out)

@@ -1,0 +1,159 @@
+"""Typed views of an Experiment custom object as the cluster reports it.
+
+Built by :mod:`sarl.cluster.client` from the API server's JSON (``metadata`` and ``status``
+written by the operator, see charts/sarl-platform/crds/experiments.sarl.dev.yaml); printed by
+:mod:`sarl.cli.cluster`. Plain frozen dataclasses: reading them never talks to the cluster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+#: Phases after which nothing changes any more.
+TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+PHASES: Final = ("Pending", "Running", "Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One entry of ``status.conditions`` (shaped like a Kubernetes ``metav1.Condition``)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Condition:
+        return cls(
+            type=str(doc.get("type") or ""),
+            status=str(doc.get("status") or ""),
+            reason=str(doc.get("reason") or ""),
+            message=str(doc.get("message") or ""),
+            last_transition_time=str(doc.get("lastTransitionTime") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class ExperimentStatus:
+    """``status`` of an Experiment; ``phase`` is ``""`` until the operator has seen it."""
+
+    phase: str = ""
+    last_step: int | None = None
+    last_reward: float | None = None
+    mlflow_run_url: str = ""
+    mlflow_run_id: str = ""
+    checkpoint_uri: str = ""
+    observed_generation: int | None = None
+    conditions: tuple[Condition, ...] = ()
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any] | None) -> ExperimentStatus:
+        doc = doc or {}
+        step, reward, gen = (
+            doc.get("lastStep"),
+            doc.get("lastReward"),
+            doc.get("observedGeneration"),
+        )
+        return cls(
+            phase=str(doc.get("phase") or ""),
+            last_step=int(step) if step is not None else None,
+            last_reward=float(reward) if reward is not None else None,
+            mlflow_run_url=str(doc.get("mlflowRunUrl") or ""),
+            mlflow_run_id=str(doc.get("mlflowRunId") or ""),
+            checkpoint_uri=str(doc.get("checkpointUri") or ""),
+            observed_generation=int(gen) if gen is not None else None,
+            conditions=tuple(
+                Condition.from_dict(c) for c in doc.get("conditions") or () if isinstance(c, dict)
+            ),
+        )
+
+    @property
+    def done(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    def failure_message(self) -> str:
+        """The message of the first ``False``/failed condition that has one, else ``""``."""
+        for cond in self.conditions:
+            if cond.message and (cond.status == "False" or cond.type == "Failed"):
+                return cond.message
+        return ""
+
+    def summary(self) -> str:
+        """``Running, step 12, reward 0.4100`` (what the wait status line shows)."""
+        parts = [self.phase or "no phase yet"]
+        if self.last_step is not None:
+            parts.append(f"step {self.last_step}")
+        if self.last_reward is not None:
+            parts.append(f"reward {self.last_reward:.4f}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ExperimentInfo:
+    """An Experiment on the cluster: identity, the stored ``spec`` (as JSON) and its status."""
+
+    name: str
+    namespace: str
+    uid: str = ""
+    generation: int | None = None
+    created: dt.datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    status: ExperimentStatus = field(default_factory=ExperimentStatus)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> ExperimentInfo:
+        """From the custom object's JSON as the API server returns it."""
+        meta = obj.get("metadata") or {}
+        gen = meta.get("generation")
+        return cls(
+            name=str(meta.get("name") or ""),
+            namespace=str(meta.get("namespace") or ""),
+            uid=str(meta.get("uid") or ""),
+            generation=int(gen) if gen is not None else None,
+            created=parse_time(meta.get("creationTimestamp")),
+            labels=dict(meta.get("labels") or {}),
+            spec=dict(obj.get("spec") or {}),
+            status=ExperimentStatus.from_dict(obj.get("status")),
+        )
+
+    @property
+    def phase(self) -> str:
+        return self.status.phase
+
+    def age(self, now: dt.datetime | None = None) -> str:
+        """Age like ``kubectl get``: ``42s``, ``5m``, ``3h``, ``2d``; ``<unknown>`` if unset."""
+        if self.created is None:
+            return "<unknown>"
+        now = now or dt.datetime.now(dt.UTC)
+        return format_duration((now - self.created).total_seconds())
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    """An RFC 3339 timestamp (``2025-01-02T03:04:05Z``) as an aware datetime, else None."""
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def format_duration(seconds: float) -> str:
+    """``42s``, ``5m``, ``3h``, ``2d`` (negative clock skew shows as ``0s``)."""
+    s = max(int(seconds), 0)
+    if s < 120:
+        return f"{s}s"
+    if s < 2 * 3600:
+        return f"{s // 60}m"
+    if s < 2 * 86400:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"

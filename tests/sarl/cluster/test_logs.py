@@ -1,0 +1,104 @@
+"""ClusterClient.logs: the training pod is found by the Training Operator's labels (falling
+back to sarl's pod-template labels and the pod name) and its log is read over HTTP from the
+in-memory API server (sarl.testing.kube_server, ``set_log``; see conftest). That server ignores
+label selectors, so decoy pods check the client's own choice; the request log checks what was
+asked of the API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config
+
+from sarl.cluster import ClusterClient, ExperimentNotFound, NoPod
+from sarl.testing.kube_server import KubeServer
+from tests.sarl.cluster.conftest import experiment_doc, set_status
+
+
+def _pod(server: KubeServer, kubeconfig: Any, ns: str, name: str, labels: dict[str, str]) -> None:
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    body = {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "pytorch"}]},
+    }
+    k8s.CoreV1Api(api).create_namespaced_pod(ns, body)
+    server.set_log(ns, name, f"log of {name}\nsecond line of {name}\n")
+
+
+def _operator_labels(job: str, replica: str, index: int) -> dict[str, str]:
+    return {
+        "training.kubeflow.org/job-name": job,
+        "training.kubeflow.org/replica-type": replica,
+        "training.kubeflow.org/replica-index": str(index),
+        "sarl.dev/experiment": job,
+        "app.kubernetes.io/component": "trainer",
+    }
+
+
+@pytest.fixture
+def job(client: ClusterClient, server: KubeServer, kubeconfig: Any, ns: str) -> str:
+    """Experiment ``job`` with a master, a worker and an unrelated pod (a decoy)."""
+    client.submit(experiment_doc("job"))
+    _pod(server, kubeconfig, ns, "decoy", {"app": "other"})
+    _pod(server, kubeconfig, ns, "job-worker-0", _operator_labels("job", "worker", 0))
+    _pod(server, kubeconfig, ns, "job-master-0", _operator_labels("job", "master", 0))
+    return "job"
+
+
+def test_logs_of_the_master_pod(
+    client: ClusterClient, server: KubeServer, job: str, ns: str
+) -> None:
+    assert list(client.logs(job)) == ["log of job-master-0", "second line of job-master-0"]
+    selectors = server.call(
+        lambda em: [
+            r.params["labelSelector"]
+            for r in em[kmock.namespace(ns)]
+            if "labelSelector" in r.params
+        ]
+    )
+    assert selectors == [
+        "training.kubeflow.org/job-name=job,training.kubeflow.org/replica-type=master,"
+        "training.kubeflow.org/replica-index=0"
+    ]
+
+
+def test_logs_of_a_worker_with_tail(
+    client: ClusterClient, server: KubeServer, job: str, ns: str
+) -> None:
+    lines = list(client.logs(job, replica="worker", index=0, tail=5))
+    assert lines[0] == "log of job-worker-0"
+    params = server.call(lambda em: dict(em[kmock.subresource("log")][-1].params))
+    assert params["tailLines"] == "5" and params.get("follow") in (None, "false", "False")
+
+
+def test_follow_streams_until_the_server_closes(client: ClusterClient, job: str) -> None:
+    assert list(client.logs(job, follow=True))[-1] == "second line of job-master-0"
+
+
+def test_fallback_to_sarl_labels_and_pod_name(
+    client: ClusterClient, server: KubeServer, kubeconfig: Any, ns: str
+) -> None:
+    client.submit(experiment_doc("plain"))
+    trainer = {"sarl.dev/experiment": "plain", "app.kubernetes.io/component": "trainer"}
+    embed = {"sarl.dev/experiment": "plain", "app.kubernetes.io/component": "embedding"}
+    _pod(server, kubeconfig, ns, "plain-master-0", trainer)
+    _pod(server, kubeconfig, ns, "plain-embedding-abc", embed)
+    assert next(iter(client.logs("plain"))) == "log of plain-master-0"
+
+
+def test_no_pod_yet_names_the_phase(client: ClusterClient, server: KubeServer, ns: str) -> None:
+    client.submit(experiment_doc("early"))
+    set_status(server, ns, "early", {"phase": "Pending"})
+    with pytest.raises(NoPod) as err:
+        client.logs("early", replica="worker", index=1)
+    assert str(err.value) == (
+        f"no worker pod (index 1) of experiment early in namespace {ns} yet (phase: Pending)"
+    )
+
+
+def test_logs_of_an_unknown_experiment(client: ClusterClient) -> None:
+    with pytest.raises(ExperimentNotFound):
+        client.logs("nobody")
