@@ -35,7 +35,7 @@ def run_command(
         Path, typer.Option("--workdir", help="Local state: MLflow store, checkpoints, caches.")
     ] = Path(".sarl"),
 ) -> None:
-    """Run an Experiment. With --local it trains here; cluster submission comes later."""
+    """Run an Experiment here with --local (CPU, TRL); on a cluster use `sarl submit`."""
     from sarl.runner.preflight import PreflightError
     from sarl.spec.loader import SpecError, load_experiment
 
@@ -44,7 +44,10 @@ def run_command(
     except SpecError as e:
         raise fail(str(e)) from e
     if not local:
-        raise fail("cluster submission is not available yet; run with --local to train here")
+        raise fail(
+            f"sarl run trains on this machine only with --local; to run {exp.name!r} on a "
+            f"cluster use `sarl submit {experiment}`"
+        )
     from sarl.runner.local import LocalOptions, run_local
     from sarl.storage import StorageError
     from sarl.tracking.tracker import TrackingError
