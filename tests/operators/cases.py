@@ -1,6 +1,8 @@
 """The Experiments the operator tests build from, and the golden render of their children.
 
 Shared by ``regenerate_golden.py`` (writes ``golden/*.yaml``) and the tests (compare with them).
+Each golden file holds every child of one case in apply order: ConfigMap, InferenceServices,
+PyTorchJob, and the evaluation Job (created later, once training has Succeeded).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import yaml
 
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
-from sarl_operator import builders
+from sarl_operator import builders, evaluation
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 GOLDEN_DIR: Final = Path(__file__).resolve().parent / "golden"
@@ -25,6 +27,7 @@ PLATFORM: Final = builders.Platform(
     s3_endpoint_url="http://sarl-minio.sarl-system.svc.cluster.local:9000",
     s3_bucket="sarl",
     s3_credentials_secret="sarl-s3-credentials",
+    data_uri="s3://sarl/data",
 )
 
 
@@ -58,19 +61,49 @@ def two_node_doc() -> dict[str, Any]:
     return doc
 
 
-CASES: Final = {"sarl-grpo-math": example_doc, "sarl-grpo-math-2node": two_node_doc}
+def judge_doc() -> dict[str, Any]:
+    """The example scored by structured_qa with a judge model the operator serves (no url)."""
+    doc = copy.deepcopy(example_doc())
+    doc["metadata"]["name"] = "sarl-grpo-judge"
+    doc["spec"]["reward"] = [
+        {"name": "structured_qa", "settings": {"judge_client": {"model": "Qwen/Qwen3-8B"}}}
+    ]
+    return doc
+
+
+CASES: Final = {
+    "sarl-grpo-math": example_doc,
+    "sarl-grpo-math-2node": two_node_doc,
+    "sarl-grpo-judge": judge_doc,
+}
+
+
+def experiment_of(doc: dict[str, Any]) -> Experiment:
+    """Validate ``doc`` as the operator does: served chat endpoints get their URL first."""
+    doc = copy.deepcopy(doc)
+    name = doc["metadata"]["name"]
+    doc["spec"] = builders.fill_judge_urls(doc["spec"], name, NAMESPACE, PLATFORM)
+    return load_experiment(doc)
 
 
 def experiment(case: str) -> Experiment:
-    return load_experiment(CASES[case]())
+    return experiment_of(CASES[case]())
 
 
 def children(exp: Experiment) -> list[dict[str, Any]]:
     """Every child object the operator builds for ``exp``, in apply order."""
     return [
         builders.configmap(exp, NAMESPACE, PLATFORM),
-        *builders.inference_services(exp, NAMESPACE),
+        *builders.inference_services(exp, NAMESPACE, PLATFORM),
         builders.pytorchjob(
+            exp,
+            NAMESPACE,
+            image=IMAGE,
+            mlflow_run_id=RUN_ID,
+            tracking_uri=TRACKING_URI,
+            platform=PLATFORM,
+        ),
+        evaluation.eval_job(
             exp,
             NAMESPACE,
             image=IMAGE,

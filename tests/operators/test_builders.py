@@ -1,4 +1,5 @@
-"""Builders: golden YAML, idempotence, replica layout, the embedding rule and owner references.
+"""Builders: golden YAML, idempotence, replica layout, the embedding and judge rules, owner
+references.
 
 The PyTorchJob is validated against the Kubeflow Training SDK's models (``kubeflow-training``,
 ``KubeflowOrgV1PyTorchJob``): deserializing through them rejects unknown shapes of the typed
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sarl.spec.loader import load_experiment
+from sarl.spec.loader import SpecError, load_experiment
 from sarl_operator import builders
 from tests.operators import regenerate_golden
 from tests.operators.cases import (
@@ -25,6 +26,7 @@ from tests.operators.cases import (
     TRACKING_URI,
     children,
     experiment,
+    experiment_of,
     golden_path,
     golden_text,
 )
@@ -70,6 +72,7 @@ def test_replicas_and_gpus(case: str, workers: int) -> None:
         exp.spec.resources.gpus_per_node
     )
     assert container["command"][-1] == "sarl_jobs.verl_trainer"
+    assert container["args"] == ["/etc/sarl/experiment.yaml"]  # the entrypoint's one argument
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["MLFLOW_RUN_ID"] == RUN_ID
     assert env["MLFLOW_TRACKING_URI"] == TRACKING_URI
@@ -115,6 +118,63 @@ def test_embedding_isvc_only_without_url(url: str, created: int) -> None:
         assert got_url == builders.embedding_url(exp, NAMESPACE)
     else:
         assert got_url == url
+
+
+def _judge_doc(url: str | None, model: str = "Qwen/Qwen3-8B") -> dict[str, Any]:
+    doc = CASES["sarl-grpo-judge"]()
+    doc["spec"]["reward"][0]["settings"]["judge_client"] = {"model": model, "url": url}
+    return doc
+
+
+@pytest.mark.parametrize(("url", "created"), [(None, 1), ("", 1), ("http://judge:8000", 0)])
+def test_judge_isvc_only_without_url(url: str | None, created: int) -> None:
+    exp = experiment_of(_judge_doc(url))
+    isvcs = builders.inference_services(exp, NAMESPACE, PLATFORM)
+    assert [i["metadata"]["name"] for i in isvcs] == ["sarl-grpo-judge-judge"] * created
+    rendered = yaml.safe_load(
+        builders.configmap(exp, NAMESPACE, PLATFORM)["data"]["experiment.yaml"]
+    )
+    client = rendered["spec"]["reward"][0]["settings"]["judge_client"]
+    if created:
+        assert "--model_id=Qwen/Qwen3-8B" in isvcs[0]["spec"]["predictor"]["model"]["args"]
+        assert client == {
+            **client,
+            "url": builders.judge_url(exp.name, NAMESPACE),
+            "model": "judge",
+        }
+    else:
+        assert (client["url"], client["model"]) == (url, "Qwen/Qwen3-8B")
+
+
+def test_judge_off_serves_nothing() -> None:
+    doc = _judge_doc(None)
+    doc["spec"]["reward"][0]["settings"]["judge"] = False
+    assert builders.inference_services(experiment_of(doc), NAMESPACE, PLATFORM) == []
+
+
+def test_rlkd_decomposer_and_judge_share_one_served_model() -> None:
+    doc = CASES["sarl-grpo-judge"]()
+    endpoint = {"model": "Qwen/Qwen3-8B"}
+    doc["spec"]["reward"] = [
+        {"name": "rlkd", "settings": {"decomposer": endpoint, "judge": endpoint}}
+    ]
+    exp = experiment_of(doc)
+    assert [m for _, m in builders.served_judges(exp, NAMESPACE, PLATFORM)] == ["Qwen/Qwen3-8B"] * 2
+    assert len(builders.inference_services(exp, NAMESPACE, PLATFORM)) == 1
+
+
+def test_two_served_judge_models_are_refused_naming_the_fields() -> None:
+    doc = CASES["sarl-grpo-judge"]()
+    doc["spec"]["reward"] = [
+        {"name": "rlkd", "settings": {"decomposer": {"model": "a/b"}, "judge": {"model": "c/d"}}}
+    ]
+    with pytest.raises(ValueError, match=r"spec\.reward\[0\]\.settings\.decomposer.*'a/b', 'c/d'"):
+        builders.inference_services(experiment_of(doc), NAMESPACE, PLATFORM)
+
+
+def test_without_fill_a_urlless_judge_is_a_spec_error_naming_the_field() -> None:
+    with pytest.raises(SpecError, match="judge_client"):
+        load_experiment(_judge_doc(None))
 
 
 def test_configmap_holds_valid_spec_and_backend() -> None:

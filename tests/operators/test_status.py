@@ -1,4 +1,5 @@
-"""Status mapping: PyTorchJob conditions → Experiment phase, and minimal status patches."""
+"""Status mapping: job conditions → phase and conditions, evaluation Job → ``Evaluated``,
+operator conditions carried over and time-stamped once, and minimal status patches."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from sarl_operator.status import desired_status, job_phase, status_patch
+from sarl_operator.status import (
+    condition,
+    desired_status,
+    eval_condition,
+    failed_status,
+    job_phase,
+    status_patch,
+)
+from sarl_operator.tracking import Progress
 
 
 def _job(*true_types: str, false: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -32,6 +41,22 @@ def test_job_phase(job: dict[str, Any] | None, phase: str) -> None:
     assert job_phase(job) == phase
 
 
+@pytest.mark.parametrize(
+    ("job", "status", "reason"),
+    [
+        (None, "Unknown", "EvaluationPending"),
+        ({"status": {}}, "Unknown", "EvaluationPending"),
+        ({"status": {"active": 1}}, "Unknown", "EvaluationRunning"),
+        (_job("Complete"), "True", "EvaluationSucceeded"),
+        (_job("Failed"), "False", "EvaluationFailed"),
+        (_job("Complete", false=("Failed",)), "True", "EvaluationSucceeded"),
+    ],
+)
+def test_eval_condition(job: dict[str, Any] | None, status: str, reason: str) -> None:
+    got = eval_condition(job)
+    assert (got["type"], got["status"], got["reason"]) == ("Evaluated", status, reason)
+
+
 def test_unchanged_status_gives_none() -> None:
     desired = desired_status(
         _job("Running"), generation=2, checkpoint_uri="s3://b/c", mlflow_run_url=""
@@ -47,3 +72,73 @@ def test_patch_has_only_changed_fields() -> None:
     )
     assert status_patch(before, after) == {"phase": "Running", "conditions": after["conditions"]}
     assert status_patch(None, after) == after
+
+
+def test_progress_and_run_fields_only_when_known() -> None:
+    kwargs: dict[str, Any] = {"generation": 1, "checkpoint_uri": "", "mlflow_run_url": "u"}
+    with_progress = desired_status(
+        None, mlflow_run_id="r1", progress=Progress(step=7, reward=0.25), **kwargs
+    )
+    assert (with_progress["lastStep"], with_progress["lastReward"]) == (7, 0.25)
+    assert with_progress["mlflowRunId"] == "r1"
+    without = desired_status(None, **kwargs)
+    assert "lastStep" not in without and "mlflowRunId" not in without
+    # A failed metrics read (progress None) keeps the last values: they are not in the patch.
+    assert status_patch(with_progress, {**without, "mlflowRunId": "r1"}) is None
+
+
+def test_operator_conditions_carried_over_and_stamped_on_transition_only() -> None:
+    tracking = condition("TrackingReady", "False", "TrackingUnavailable", "down")
+    first = desired_status(
+        None, generation=1, checkpoint_uri="", mlflow_run_url="", conditions=[tracking], now="t1"
+    )
+    assert first["conditions"] == [{**tracking, "lastTransitionTime": "t1"}]
+    # The timer recomputes only Evaluated: TrackingReady is carried over, unchanged.
+    timer = desired_status(
+        _job("Running"),
+        generation=1,
+        checkpoint_uri="",
+        mlflow_run_url="",
+        conditions=[condition("Evaluated", "Unknown", "EvaluationPending")],
+        current=first,
+        now="t2",
+    )
+    types = [c["type"] for c in timer["conditions"]]
+    assert types == ["Running", "TrackingReady", "Evaluated"]
+    assert timer["conditions"][1]["lastTransitionTime"] == "t1"
+    # Same status again: the stamp is kept, so nothing changes; a new status gets a new stamp.
+    again = desired_status(
+        None,
+        generation=1,
+        checkpoint_uri="",
+        mlflow_run_url="",
+        conditions=[tracking],
+        current=first,
+        now="t3",
+    )
+    assert status_patch(first, again) is None
+    up = condition("TrackingReady", "True", "RunReady")
+    later = desired_status(
+        None,
+        generation=1,
+        checkpoint_uri="",
+        mlflow_run_url="",
+        conditions=[up],
+        current=first,
+        now="t4",
+    )
+    assert later["conditions"][0]["lastTransitionTime"] == "t4"
+
+
+def test_failed_status_names_the_message() -> None:
+    got = failed_status("spec.algorithm.learning_rate=-1: must be > 0", 3, "t")
+    assert got["phase"] == "Failed" and got["observedGeneration"] == 3
+    assert got["conditions"] == [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "InvalidSpec",
+            "message": "spec.algorithm.learning_rate=-1: must be > 0",
+            "lastTransitionTime": "t",
+        }
+    ]

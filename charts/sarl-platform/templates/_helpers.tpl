@@ -151,6 +151,10 @@ clients in other pods (the operator, training jobs) are not rejected.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# The evaluation Job run once training has Succeeded.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # Progress/errors as Kubernetes events (kopf posts to both APIs).
 - apiGroups: [""]
   resources: ["events"]

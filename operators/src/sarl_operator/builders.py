@@ -13,6 +13,15 @@ Children of an Experiment ``<name>`` in its namespace:
 * InferenceService ``<name>-embedding``, only when a reward uses an ``openai`` embedder whose
   ``url`` is empty (the rule: empty → the operator serves the model named in ``embedder.model``
   with vLLM on KServe's Hugging Face runtime; non-empty → that existing service is used as is).
+* InferenceService ``<name>-judge``, only when a chat endpoint of a reward (``structured_qa``'s
+  ``judge_client`` with ``judge`` on, ``rlkd``'s ``decomposer``/``judge``) names a ``model`` but
+  no ``url``: the operator serves that model with vLLM (OpenAI chat) and the endpoint's URL is
+  :func:`judge_url`. Those rewards refuse an endpoint without a URL, so the handlers call
+  :func:`fill_judge_urls` on the raw spec *before* validation; afterwards an endpoint whose URL is
+  :func:`judge_url` is recognised as served (:func:`served_judges`). An endpoint with a URL is
+  referenced as is.
+
+The evaluation Job (``<name>-eval``) is built by :mod:`sarl_operator.evaluation`.
 """
 
 from __future__ import annotations
@@ -28,12 +37,20 @@ from sarl.spec.experiment import Experiment
 
 CONFIG_DIR: Final = "/etc/sarl"
 CONFIG_FILE: Final = "experiment.yaml"
-TRAINER_MODULE: Final = "sarl_jobs.verl_trainer"
+#: Trainer entrypoint per ``spec.resources.backend`` (each takes the config path as its argument).
+TRAINER_MODULES: Final[Mapping[str, str]] = {
+    "verl": "sarl_jobs.verl_trainer",
+    "trl": "sarl_jobs.trl_trainer",
+}
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 EXPERIMENT_LABEL: Final = "sarl.dev/experiment"
-#: Trainer backend per algorithm on a cluster (verl runs all three).
-BACKENDS: Final[Mapping[str, str]] = {"ppo": "verl", "grpo": "verl", "rloo": "verl"}
 _EMBEDDING_MODEL_NAME: Final = "embedding"
+_JUDGE_MODEL_NAME: Final = "judge"
+#: Chat endpoints per reward name: the settings keys that hold {url, model, ...}.
+_CHAT_ENDPOINTS: Final[Mapping[str, tuple[str, ...]]] = {
+    "structured_qa": ("judge_client",),
+    "rlkd": ("decomposer", "judge"),
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,8 @@ class Platform:
     s3_access_key_id_key: str = "AWS_ACCESS_KEY_ID"
     s3_secret_access_key_key: str = "AWS_SECRET_ACCESS_KEY"
     cluster_domain: str = "cluster.local"
+    #: Where ``sarl data prepare`` wrote ``benchmarks/<name>.parquet`` (for the evaluation Job).
+    data_uri: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Platform:
@@ -57,7 +76,13 @@ class Platform:
             s3_access_key_id_key=env.get("SARL_S3_ACCESS_KEY_ID_KEY") or cls.s3_access_key_id_key,
             s3_secret_access_key_key=env.get("SARL_S3_SECRET_ACCESS_KEY_KEY")
             or cls.s3_secret_access_key_key,
+            data_uri=env.get("SARL_DATA_URI")
+            or (f"s3://{env['SARL_S3_BUCKET']}/data" if env.get("SARL_S3_BUCKET") else ""),
         )
+
+
+#: The platform with nothing configured (no object store): the builders' default.
+DEFAULT_PLATFORM: Final = Platform()
 
 
 def labels(exp: Experiment, component: str | None = None) -> dict[str, str]:
@@ -91,7 +116,8 @@ def owned(obj: Mapping[str, Any], owner_meta: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-def _meta(exp: Experiment, name: str, namespace: str, component: str) -> dict[str, Any]:
+def meta(exp: Experiment, name: str, namespace: str, component: str) -> dict[str, Any]:
+    """metadata of a child: name, namespace and :func:`labels`."""
     return {"name": name, "namespace": namespace, "labels": labels(exp, component)}
 
 
@@ -103,9 +129,14 @@ def embedding_name(exp: Experiment) -> str:
     return f"{exp.name}-embedding"
 
 
+def judge_name(exp_name: str) -> str:
+    return f"{exp_name}-judge"
+
+
 def backend(exp: Experiment) -> str:
-    """The trainer backend a cluster run uses for this algorithm."""
-    return BACKENDS[exp.spec.algorithm.name]
+    """The trainer backend of a cluster run (``spec.resources.backend``; the spec refuses a
+    backend that cannot train the algorithm)."""
+    return exp.spec.resources.backend
 
 
 def _served_embedders(exp: Experiment) -> list[tuple[int, str]]:
@@ -118,15 +149,71 @@ def _served_embedders(exp: Experiment) -> list[tuple[int, str]]:
     return out
 
 
-def embedding_url(exp: Experiment, namespace: str, platform: Platform = Platform()) -> str:
+def embedding_url(exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> str:
     """Cluster-local base URL of ``<name>-embedding`` (KServe serves OpenAI routes under
     ``/openai``; a RawDeployment predictor's Service is ``<isvc>-predictor``)."""
     host = f"{embedding_name(exp)}-predictor.{namespace}.svc.{platform.cluster_domain}"
     return f"http://{host}/openai"
 
 
+def judge_url(exp_name: str, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> str:
+    """Cluster-local base URL of ``<name>-judge`` (chat clients append ``/v1/chat/completions``,
+    KServe's Hugging Face runtime serves it under ``/openai``)."""
+    host = f"{judge_name(exp_name)}-predictor.{namespace}.svc.{platform.cluster_domain}"
+    return f"http://{host}/openai"
+
+
+def _chat_endpoints(reward: list[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(field path, endpoint dict) of every chat endpoint in raw ``spec.reward`` entries."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for i, term in enumerate(reward):
+        if not isinstance(term, dict) or not isinstance(term.get("settings"), dict):
+            continue
+        settings = term["settings"]
+        if term.get("name") == "structured_qa" and settings.get("judge") is False:
+            continue  # R_verif only: the judge endpoint is not called
+        for key in _CHAT_ENDPOINTS.get(str(term.get("name")), ()):
+            endpoint = settings.get(key)
+            if isinstance(endpoint, dict):
+                out.append((f"spec.reward[{i}].settings.{key}", endpoint))
+    return out
+
+
+def fill_judge_urls(
+    spec: Mapping[str, Any], exp_name: str, namespace: str, platform: Platform = DEFAULT_PLATFORM
+) -> dict[str, Any]:
+    """A copy of the raw ``spec`` (preset applied) in which each chat endpoint with a model and
+    no url gets :func:`judge_url`; an unknown preset is left for validation to report."""
+    from sarl.spec.presets import deep_merge, preset
+
+    out = copy.deepcopy(dict(spec))
+    if out.get("preset"):
+        try:
+            out = deep_merge(preset(str(out["preset"])), out)
+        except (KeyError, ValueError):
+            return copy.deepcopy(dict(spec))
+    reward = out.get("reward")
+    for _, endpoint in _chat_endpoints(reward if isinstance(reward, list) else []):
+        if endpoint.get("model") and not endpoint.get("url"):
+            endpoint["url"] = judge_url(exp_name, namespace, platform)
+    return out
+
+
+def served_judges(
+    exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM
+) -> list[tuple[str, str]]:
+    """(field path, model id) of each chat endpoint the operator serves (url = judge_url)."""
+    url = judge_url(exp.name, namespace, platform)
+    reward = [term.model_dump(mode="json") for term in exp.spec.reward]
+    return [
+        (path, str(endpoint["model"]))
+        for path, endpoint in _chat_endpoints(reward)
+        if endpoint.get("url") == url and endpoint.get("model")
+    ]
+
+
 def rendered_spec(
-    exp: Experiment, namespace: str, platform: Platform = Platform()
+    exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM
 ) -> dict[str, Any]:
     """The resolved Experiment as the trainer reads it: served embedders get the ISVC URL."""
     doc = exp.model_dump(mode="json")
@@ -135,21 +222,28 @@ def rendered_spec(
         emb = doc["spec"]["reward"][index]["settings"]["embedder"]
         emb["url"] = embedding_url(exp, namespace, platform)
         emb["model"] = _EMBEDDING_MODEL_NAME
+    # The served judge answers to its --model_name, not to the Hugging Face id.
+    judge = judge_url(exp.name, namespace, platform)
+    for _, endpoint in _chat_endpoints(doc["spec"]["reward"]):
+        if endpoint.get("url") == judge:
+            endpoint["model"] = _JUDGE_MODEL_NAME
     return doc
 
 
-def configmap(exp: Experiment, namespace: str, platform: Platform = Platform()) -> dict[str, Any]:
+def configmap(
+    exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM
+) -> dict[str, Any]:
     """ConfigMap ``<name>-config`` holding the rendered trainer config."""
     text = yaml.safe_dump(rendered_spec(exp, namespace, platform), sort_keys=False)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(exp, config_name(exp), namespace, "config"),
+        "metadata": meta(exp, config_name(exp), namespace, "config"),
         "data": {CONFIG_FILE: text, "backend": backend(exp)},
     }
 
 
-def checkpoint_uri(exp: Experiment, namespace: str, platform: Platform = Platform()) -> str:
+def checkpoint_uri(exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> str:
     """``spec.storage.checkpoint_uri``, else ``s3://<bucket>/checkpoints/<ns>/<name>`` on the
     platform bucket, else empty (the job keeps checkpoints on its pod only)."""
     if exp.spec.storage.checkpoint_uri:
@@ -159,9 +253,10 @@ def checkpoint_uri(exp: Experiment, namespace: str, platform: Platform = Platfor
     return ""
 
 
-def _env(
+def job_env(
     exp: Experiment, namespace: str, mlflow_run_id: str, tracking_uri: str, platform: Platform
 ) -> list[dict[str, Any]]:
+    """Environment of the trainer (and evaluation) containers: config, MLflow, checkpoints, S3."""
     storage = exp.spec.storage
     tracking = exp.spec.tracking.mlflow_uri or tracking_uri
     env: list[dict[str, Any]] = [
@@ -212,8 +307,8 @@ def _replica(
             {
                 "name": "pytorch",  # the Training Operator requires this container name
                 "image": image,
-                "command": ["python", "-m", TRAINER_MODULE],
-                "args": ["--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
+                "command": ["python", "-m", TRAINER_MODULES[backend(exp)]],
+                "args": [f"{CONFIG_DIR}/{CONFIG_FILE}"],
                 "env": copy.deepcopy(env),  # no shared objects between replicas
                 "resources": _resources(exp),
                 "volumeMounts": [
@@ -246,18 +341,18 @@ def pytorchjob(
     image: str,
     mlflow_run_id: str,
     tracking_uri: str,
-    platform: Platform = Platform(),
+    platform: Platform = DEFAULT_PLATFORM,
 ) -> dict[str, Any]:
     """PyTorchJob ``<name>``: one Master and ``nodes - 1`` Workers, ``gpus_per_node`` each."""
     res = exp.spec.resources
-    env = _env(exp, namespace, mlflow_run_id, tracking_uri, platform)
+    env = job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
     replicas = {"Master": _replica(exp, 1, image, env)}
     if res.nodes > 1:
         replicas["Worker"] = _replica(exp, res.nodes - 1, image, env)
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": _meta(exp, exp.name, namespace, "trainer"),
+        "metadata": meta(exp, exp.name, namespace, "trainer"),
         "spec": {
             "nprocPerNode": str(max(res.gpus_per_node, 1)),
             # A failed RL run is inspected, not retried blindly: checkpoints allow a resume.
@@ -267,24 +362,24 @@ def pytorchjob(
     }
 
 
-def _embedding_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any]:
-    meta = _meta(exp, embedding_name(exp), namespace, "embedding")
-    meta["labels"]["sarl.dev/embedding-backend"] = "vllm"
+def _vllm_isvc(
+    metadata: dict[str, Any], model_name: str, model_id: str, extra_args: list[str]
+) -> dict[str, Any]:
+    """An InferenceService serving ``model_id`` with vLLM on KServe's Hugging Face runtime."""
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
-        "metadata": meta,
+        "metadata": metadata,
         "spec": {
             "predictor": {
                 "minReplicas": 1,
                 "model": {
                     "modelFormat": {"name": "huggingface"},
                     "args": [
-                        f"--model_name={_EMBEDDING_MODEL_NAME}",
+                        f"--model_name={model_name}",
                         f"--model_id={model_id}",
                         "--backend=vllm",
-                        # vLLM serves embeddings only as a pooling model.
-                        "--runner=pooling",
+                        *extra_args,
                     ],
                     "resources": {
                         "requests": {GPU_RESOURCE: "1"},
@@ -296,18 +391,44 @@ def _embedding_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str,
     }
 
 
-def inference_services(exp: Experiment, namespace: str) -> list[dict[str, Any]]:
-    """The InferenceServices the rewards need: at most one embedding ISVC (see module doc)."""
-    served = _served_embedders(exp)
+def _embedding_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any]:
+    metadata = meta(exp, embedding_name(exp), namespace, "embedding")
+    metadata["labels"]["sarl.dev/embedding-backend"] = "vllm"
+    # vLLM serves embeddings only as a pooling model.
+    return _vllm_isvc(metadata, _EMBEDDING_MODEL_NAME, model_id, ["--runner=pooling"])
+
+
+def _judge_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any]:
+    metadata = meta(exp, judge_name(exp.name), namespace, "judge")
+    metadata["labels"]["sarl.dev/judge-backend"] = "vllm"
+    # Generation is the runtime's default task; the judge is called on /openai/v1/chat/completions.
+    return _vllm_isvc(metadata, _JUDGE_MODEL_NAME, model_id, [])
+
+
+def _one_model(served: list[tuple[str, str]], where: str, noun: str) -> str | None:
     models = sorted({model for _, model in served})
-    if not models:
-        return []
     if len(models) > 1:
         raise ValueError(
-            f"spec.reward: embedders without url name different models {models}; "
-            "the operator serves one embedding model per Experiment"
+            f"{where}: {noun} endpoints without url name different models {models}; "
+            f"the operator serves one {noun} model per Experiment"
         )
-    return [_embedding_isvc(exp, namespace, models[0])]
+    return models[0] if models else None
+
+
+def inference_services(
+    exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM
+) -> list[dict[str, Any]]:
+    """The InferenceServices the rewards need: at most one embedding and one judge ISVC."""
+    out: list[dict[str, Any]] = []
+    embedders = [(f"spec.reward[{i}]", model) for i, model in _served_embedders(exp)]
+    embedding_model = _one_model(embedders, "spec.reward", "embedding")
+    if embedding_model is not None:
+        out.append(_embedding_isvc(exp, namespace, embedding_model))
+    judges = served_judges(exp, namespace, platform)
+    judge_model = _one_model(judges, ", ".join(p for p, _ in judges), "judge")
+    if judge_model is not None:
+        out.append(_judge_isvc(exp, namespace, judge_model))
+    return out
 
 
 class JobBuilder(Protocol):

@@ -1,115 +1,153 @@
 """kopf handlers for ``experiments.sarl.dev``: read state, apply desired children, patch status.
 
 Run by ``kopf run --standalone -m sarl_operator.handlers`` (charts/sarl-platform). On
-create/resume/update the spec is validated (invalid → status Failed and ``kopf.PermanentError``
-naming the field, no retries), the children are built by :mod:`sarl_operator.builders`, adopted
-(owner references: deletion is left to the garbage collector) and created or patched. A timer
-refreshes the status from the training job. The work is in :func:`reconcile` and
-:func:`refresh_status`, which take the Kubernetes API as an argument (:class:`KubeApi`), so
-tests call them with an in-memory fake.
+create/resume/update of the spec, :func:`reconcile`:
 
-Not done here yet: creating the MLflow run (``MLFLOW_RUN_ID`` stays empty, the trainer then
-starts its own run) and reading lastStep/lastReward (written by the trainer).
+1. validates the spec (chat endpoints the operator serves get their URL first, see
+   :func:`sarl_operator.builders.fill_judge_urls`); invalid → status Failed with a condition
+   naming the field, and ``kopf.PermanentError`` (no retries);
+2. gets the MLflow run (:mod:`sarl_operator.tracking`; reused from ``status.mlflowRunId``, else
+   found by its uid tag, else created). MLflow configured but unreachable → ``TrackingReady=False``
+   and ``kopf.TemporaryError(delay=30)``: no job is created without its run, so a run's metrics
+   are never split over two runs. No tracking URI at all → no run, ``MLFLOW_RUN_ID`` empty;
+3. builds the children (:mod:`sarl_operator.builders`), makes the Experiment their controller
+   owner (deletion is left to the garbage collector) and creates or merge-patches them;
+4. patches the status when it changed, with an Event per phase or condition transition.
+
+A timer (every ``SARL_STATUS_INTERVAL_S`` s, default 30) runs :func:`refresh_status`: phase and
+conditions from the training job, lastStep/lastReward from the MLflow run (a failed read keeps
+the last values), and, once training Succeeded with cluster benchmarks in the spec, the
+evaluation Job (reported as condition ``Evaluated``). The work is in :func:`reconcile` and
+:func:`refresh_status`, which take the Kubernetes API and the MLflow client factory as
+arguments, so tests call them with fakes or point them at test servers.
 """
 
 from __future__ import annotations
 
+import datetime
+import logging
 import os
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 import kopf
 
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
-from sarl_operator import builders
-from sarl_operator.status import desired_status, failed_status, status_patch
+from sarl_operator import builders, evaluation
+from sarl_operator.kube import DynamicKubeApi, KubeApi, apply
+from sarl_operator.status import (
+    OPERATOR_CONDITIONS,
+    condition,
+    desired_status,
+    eval_condition,
+    failed_status,
+    job_phase,
+    status_patch,
+)
+from sarl_operator.tracking import MlflowTracking, Progress, RunRef, TrackingError, run_url
+
+log = logging.getLogger(__name__)
 
 GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
 PLURAL: Final = "experiments"
-STATUS_INTERVAL_S: Final = 30.0
-DEFAULT_IMAGE: Final = "ghcr.io/sarl-dev/sarl-verl:latest"
+DEFAULT_STATUS_INTERVAL_S: Final = 30.0
+TRACKING_RETRY_DELAY_S: Final = 30
+DEFAULT_IMAGES: Final[Mapping[str, str]] = {
+    "verl": "ghcr.io/sarl-dev/sarl-verl:latest",
+    "trl": "ghcr.io/sarl-dev/sarl-trl:latest",
+}
 JOB_BUILDER: Final[builders.JobBuilder] = builders.PyTorchJobBuilder()
 
 #: (involved object, type "Normal"/"Warning", reason, message) -> None
 PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
 
 
-class KubeApi(Protocol):
-    """The few API calls the handlers make (implemented by :class:`DynamicKubeApi`)."""
+class Tracker(Protocol):
+    """What the handlers use of :class:`~sarl_operator.tracking.MlflowTracking`."""
 
-    def get(
-        self, api_version: str, kind: str, namespace: str, name: str
-    ) -> dict[str, Any] | None: ...
+    def ensure_run(
+        self,
+        experiment_name: str,
+        *,
+        run_name: str,
+        namespace: str,
+        uid: str,
+        tags: Mapping[str, str] | None = None,
+    ) -> RunRef: ...
 
-    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    def patch(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+    def latest_progress(self, run_id: str) -> Progress | None: ...
 
 
-class DynamicKubeApi:
-    """:class:`KubeApi` over the kubernetes client's dynamic client (any kind, incl. CRDs)."""
+@dataclass(frozen=True)
+class Settings:
+    """The operator's process settings (its environment, wired by charts/sarl-platform)."""
 
-    def __init__(self) -> None:
-        from kubernetes import client, config, dynamic
+    verl_image: str = DEFAULT_IMAGES["verl"]
+    trl_image: str = DEFAULT_IMAGES["trl"]
+    tracking_uri: str = ""
+    ui_url: str = ""
+    platform: builders.Platform = field(default_factory=builders.Platform)
 
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        self._client = dynamic.DynamicClient(client.ApiClient())
-
-    def _resource(self, api_version: str, kind: str) -> Any:
-        return self._client.resources.get(api_version=api_version, kind=kind)
-
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            obj = self._resource(api_version, kind).get(name=name, namespace=namespace)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return dict(obj.to_dict())
-
-    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        res = self._resource(obj["apiVersion"], obj["kind"])
-        return dict(res.create(body=dict(obj), namespace=obj["metadata"]["namespace"]).to_dict())
-
-    def patch(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        meta = obj["metadata"]
-        res = self._resource(obj["apiVersion"], obj["kind"])
-        out = res.patch(
-            body=dict(obj),
-            name=meta["name"],
-            namespace=meta["namespace"],
-            content_type="application/merge-patch+json",
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        return cls(
+            verl_image=env.get("SARL_TRAINER_IMAGE") or DEFAULT_IMAGES["verl"],
+            trl_image=env.get("SARL_TRL_TRAINER_IMAGE") or DEFAULT_IMAGES["trl"],
+            tracking_uri=env.get("SARL_MLFLOW_TRACKING_URI", ""),
+            ui_url=env.get("SARL_MLFLOW_UI_URL", ""),
+            platform=builders.Platform.from_env(env),
         )
-        return dict(out.to_dict())
+
+    def image_of(self, exp: Experiment) -> str:
+        """``spec.resources.image``, else the platform's image for the backend."""
+        backend = builders.backend(exp)
+        return exp.spec.resources.image or (self.trl_image if backend == "trl" else self.verl_image)
+
+    def tracking_uri_of(self, exp: Experiment) -> str:
+        """``spec.tracking.mlflow_uri``, else the platform's MLflow; empty: no tracking."""
+        return exp.spec.tracking.mlflow_uri or self.tracking_uri
+
+    def ui_url_of(self, exp: Experiment) -> str:
+        """Base of run URLs: the spec's own server, else SARL_MLFLOW_UI_URL, else the URI."""
+        return exp.spec.tracking.mlflow_uri or self.ui_url or self.tracking_uri
 
 
-def experiment_from_body(body: Mapping[str, Any]) -> Experiment:
-    """Validate the custom resource as an Experiment; raises SpecError naming the field."""
+def status_interval_s(env: Mapping[str, str]) -> float:
+    """``SARL_STATUS_INTERVAL_S`` as a positive number of seconds (default 30)."""
+    raw = env.get("SARL_STATUS_INTERVAL_S", "")
+    try:
+        value = float(raw) if raw else DEFAULT_STATUS_INTERVAL_S
+    except ValueError as e:
+        raise ValueError(f"SARL_STATUS_INTERVAL_S={raw!r}: not a number of seconds") from e
+    if not value > 0:
+        raise ValueError(f"SARL_STATUS_INTERVAL_S={raw!r}: must be > 0")
+    return value
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def experiment_from_body(
+    body: Mapping[str, Any], platform: builders.Platform = builders.DEFAULT_PLATFORM
+) -> Experiment:
+    """Validate the custom resource as an Experiment (served chat endpoints filled in first);
+    raises SpecError naming the field."""
     meta = body.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    spec = dict(body.get("spec") or {})
+    if isinstance(name, str) and isinstance(namespace, str):
+        spec = builders.fill_judge_urls(spec, name, namespace, platform)
     doc = {
         "apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"),
         "kind": body.get("kind", "Experiment"),
-        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
-        "spec": dict(body.get("spec") or {}),
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
     }
     return load_experiment(doc)
-
-
-def apply(api: KubeApi, obj: Mapping[str, Any]) -> str:
-    """Create ``obj`` or merge-patch the existing one; returns "created" or "patched"."""
-    meta = obj["metadata"]
-    if api.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]) is None:
-        api.create(obj)
-        return "created"
-    api.patch(obj)
-    return "patched"
 
 
 def _patch_status(
@@ -118,6 +156,7 @@ def _patch_status(
     desired: Mapping[str, Any],
     post_event: PostEvent,
 ) -> None:
+    """Put the changed status fields into kopf's patch; an Event per transition."""
     current = body.get("status") or {}
     changes = status_patch(current, desired)
     if changes is None:
@@ -127,6 +166,42 @@ def _patch_status(
     if phase is not None:
         kind = "Warning" if phase == "Failed" else "Normal"
         post_event(body, kind, f"Phase{phase}", f"phase {current.get('phase')} -> {phase}")
+    before = {c.get("type"): c.get("status") for c in current.get("conditions") or []}
+    for cond in changes.get("conditions") or []:
+        if cond["type"] in OPERATOR_CONDITIONS and before.get(cond["type"]) != cond["status"]:
+            kind = "Warning" if cond["status"] == "False" else "Normal"
+            message = f"{cond['type']}={cond['status']}: {cond.get('message', '')}".rstrip(": ")
+            post_event(body, kind, str(cond.get("reason") or cond["type"]), message)
+
+
+def ensure_tracking(
+    body: Mapping[str, Any],
+    exp: Experiment,
+    settings: Settings,
+    tracker_factory: Callable[[str], Tracker],
+) -> tuple[str, str, dict[str, Any]]:
+    """(run id, run URL, TrackingReady condition); raises TrackingError when MLflow fails.
+
+    A run id and URL already in the status are reused without calling MLflow, so a spec update
+    does not depend on MLflow being up (a changed ``spec.tracking.mlflow_uri`` keeps the run)."""
+    uri = settings.tracking_uri_of(exp)
+    if not uri:
+        message = "no MLflow tracking URI (spec.tracking.mlflow_uri or SARL_MLFLOW_TRACKING_URI)"
+        return "", "", condition("TrackingReady", "False", "TrackingNotConfigured", message)
+    status = body.get("status") or {}
+    if status.get("mlflowRunId") and status.get("mlflowRunUrl"):
+        run_id, url = str(status["mlflowRunId"]), str(status["mlflowRunUrl"])
+    else:
+        meta = body["metadata"]
+        ref = tracker_factory(uri).ensure_run(
+            exp.spec.tracking.experiment_name or exp.name,
+            run_name=exp.name,
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            tags=exp.spec.tracking.tags,
+        )
+        run_id, url = ref.run_id, run_url(settings.ui_url_of(exp), ref)
+    return run_id, url, condition("TrackingReady", "True", "RunReady", f"MLflow run {run_id}")
 
 
 def reconcile(
@@ -134,37 +209,95 @@ def reconcile(
     patch: MutableMapping[str, Any],
     api: KubeApi,
     *,
-    image: str,
-    tracking_uri: str,
-    platform: builders.Platform,
+    settings: Settings,
     post_event: PostEvent,
+    tracker_factory: Callable[[str], Tracker] = MlflowTracking,
 ) -> None:
-    """Validate, build, adopt and apply the children, then patch the status if it changed."""
+    """Validate, get the MLflow run, build, own and apply the children, patch the status."""
     meta = body["metadata"]
     namespace, generation = meta["namespace"], meta.get("generation")
+    platform = settings.platform
     try:
-        exp = experiment_from_body(body)
-        children = [
+        exp = experiment_from_body(body, platform)
+        services = [
             builders.configmap(exp, namespace, platform),
-            *builders.inference_services(exp, namespace),
-            JOB_BUILDER.build(
-                exp,
-                namespace,
-                image=image,
-                mlflow_run_id="",
-                tracking_uri=tracking_uri,
-                platform=platform,
-            ),
+            *builders.inference_services(exp, namespace, platform),
         ]
     except (SpecError, ValueError) as e:
-        _patch_status(body, patch, failed_status(str(e), generation), post_event)
+        _patch_status(body, patch, failed_status(str(e), generation, _now()), post_event)
         raise kopf.PermanentError(str(e)) from e
-    kopf.adopt(children, owner=body)  # type: ignore[arg-type]  # kopf wants its Body; a dict works
-    for child in children:
-        action = apply(api, child)
-        if action == "created":
-            post_event(body, "Normal", "Created", f"created {child['kind']} {exp.name}")
-    refresh_status(body, patch, api, exp=exp, platform=platform, post_event=post_event)
+    ready = condition("Ready", "True", "SpecValid")
+    try:
+        run_id, url, tracking = ensure_tracking(body, exp, settings, tracker_factory)
+    except TrackingError as e:
+        down = condition("TrackingReady", "False", "TrackingUnavailable", str(e))
+        refresh_status(
+            body,
+            patch,
+            api,
+            exp=exp,
+            settings=settings,
+            post_event=post_event,
+            conditions=[ready, down],
+        )
+        raise kopf.TemporaryError(str(e), delay=TRACKING_RETRY_DELAY_S) from e
+    job = JOB_BUILDER.build(
+        exp,
+        namespace,
+        image=settings.image_of(exp),
+        mlflow_run_id=run_id,
+        tracking_uri=settings.tracking_uri_of(exp),
+        platform=platform,
+    )
+    for child in [*services, job]:
+        if apply(api, builders.owned(child, meta)) == "created":
+            name = child["metadata"]["name"]
+            post_event(body, "Normal", "Created", f"created {child['kind']} {name}")
+    refresh_status(
+        body,
+        patch,
+        api,
+        exp=exp,
+        settings=settings,
+        post_event=post_event,
+        conditions=[ready, tracking],
+        run_id=run_id,
+        run_url=url,
+    )
+
+
+def _evaluation(
+    body: Mapping[str, Any], api: KubeApi, exp: Experiment, settings: Settings, run_id: str
+) -> dict[str, Any]:
+    """Create ``<name>-eval`` if missing (never patched: a Job's template is immutable) and
+    return its ``Evaluated`` condition."""
+    meta = body["metadata"]
+    name = evaluation.eval_name(exp)
+    current = api.get("batch/v1", "Job", meta["namespace"], name)
+    if current is None:
+        job = evaluation.eval_job(
+            exp,
+            meta["namespace"],
+            image=settings.image_of(exp),
+            mlflow_run_id=run_id,
+            tracking_uri=settings.tracking_uri_of(exp),
+            platform=settings.platform,
+        )
+        api.create(builders.owned(job, meta))
+    return eval_condition(current)
+
+
+def read_progress(settings: Settings, exp: Experiment, run_id: str) -> Progress | None:
+    """Latest step/reward of the run; None (keep the last values) when there is no run or the
+    read fails (logged as a warning: the timer tries again next interval)."""
+    uri = settings.tracking_uri_of(exp)
+    if not (uri and run_id):
+        return None
+    try:
+        return MlflowTracking(uri, max_retries=1).latest_progress(run_id)
+    except TrackingError as e:
+        log.warning("Experiment %s: metrics not read, keeping the last values: %s", exp.name, e)
+        return None
 
 
 def refresh_status(
@@ -173,17 +306,32 @@ def refresh_status(
     api: KubeApi,
     *,
     exp: Experiment,
-    platform: builders.Platform,
+    settings: Settings,
     post_event: PostEvent,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    run_id: str | None = None,
+    run_url: str | None = None,
+    progress: Progress | None = None,
 ) -> None:
-    """Read the training job and patch the Experiment status when it changed."""
-    namespace = body["metadata"]["namespace"]
-    job = api.get(JOB_BUILDER.api_version, JOB_BUILDER.kind, namespace, exp.name)
+    """Read the training (and evaluation) job and patch the Experiment status when it changed.
+    ``run_id``/``run_url`` None: those of the current status."""
+    meta, status = body["metadata"], body.get("status") or {}
+    run_id = status.get("mlflowRunId", "") if run_id is None else run_id
+    run_url = status.get("mlflowRunUrl", "") if run_url is None else run_url
+    job = api.get(JOB_BUILDER.api_version, JOB_BUILDER.kind, meta["namespace"], exp.name)
+    own = list(conditions)
+    if job_phase(job) == "Succeeded" and evaluation.cluster_benchmarks(exp):
+        own.append(_evaluation(body, api, exp, settings, str(run_id or "")))
     desired = desired_status(
         job,
-        generation=body["metadata"].get("generation"),
-        checkpoint_uri=builders.checkpoint_uri(exp, namespace, platform),
-        mlflow_run_url="",
+        generation=meta.get("generation"),
+        checkpoint_uri=builders.checkpoint_uri(exp, meta["namespace"], settings.platform),
+        mlflow_run_url=str(run_url or ""),
+        mlflow_run_id=str(run_id or ""),
+        progress=progress,
+        conditions=own,
+        current=status,
+        now=_now(),
     )
     _patch_status(body, patch, desired, post_event)
 
@@ -212,24 +360,29 @@ def on_experiment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         body,
         patch,
         cluster_api(),
-        image=os.environ.get("SARL_TRAINER_IMAGE", DEFAULT_IMAGE),
-        tracking_uri=os.environ.get("SARL_MLFLOW_TRACKING_URI", ""),
-        platform=builders.Platform.from_env(os.environ),
+        settings=Settings.from_env(os.environ),
         post_event=_kopf_event,
     )
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=STATUS_INTERVAL_S, initial_delay=STATUS_INTERVAL_S)
+# kopf fixes a timer's interval when the decorator runs, so this one setting is read at import.
+_INTERVAL_S: Final = status_interval_s(os.environ)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=_INTERVAL_S, initial_delay=_INTERVAL_S)
 def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    settings = Settings.from_env(os.environ)
     try:
-        exp = experiment_from_body(body)
+        exp = experiment_from_body(body, settings.platform)
     except SpecError:
         return  # reported once by on_experiment; nothing to watch
+    run_id = str((body.get("status") or {}).get("mlflowRunId") or "")
     refresh_status(
         body,
         patch,
         cluster_api(),
         exp=exp,
-        platform=builders.Platform.from_env(os.environ),
+        settings=settings,
         post_event=_kopf_event,
+        progress=read_progress(settings, exp, run_id),
     )

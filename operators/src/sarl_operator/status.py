@@ -1,13 +1,22 @@
 """Pure status logic: the Experiment phase from its training job, and minimal status patches.
 
 Called by ``handlers`` (reconcile and the status timer) and tested directly. The Experiment's
-status fields are those of the CRD (charts/sarl-platform/crds/experiments.sarl.dev.yaml).
+status fields are those of the CRD (charts/sarl-platform/crds/experiments.sarl.dev.yaml,
+generated from ``sarl.schemas.generate.ExperimentStatus``).
+
+Conditions come from two writers: the training job's own conditions are copied as they are
+(``Created``, ``Running``, ``Succeeded``...), and the operator adds its own types
+(:data:`OPERATOR_CONDITIONS`: ``Ready`` for an invalid spec, ``TrackingReady`` for the MLflow
+run, ``Evaluated`` for the evaluation Job). A writer that does not recompute one of the operator's
+conditions carries the current one over, so the timer does not erase what reconcile reported.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
+
+from sarl_operator.tracking import Progress
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
@@ -20,6 +29,8 @@ _PRECEDENCE: Final[Sequence[tuple[str, Phase]]] = (
     ("Failed", "Failed"),
 )
 _CONDITION_KEYS: Final = ("type", "status", "reason", "message", "lastTransitionTime")
+OPERATOR_CONDITIONS: Final = frozenset({"Ready", "TrackingReady", "Evaluated"})
+ConditionStatus = Literal["True", "False", "Unknown"]
 
 
 def job_phase(job: Mapping[str, Any] | None) -> Phase:
@@ -40,15 +51,54 @@ def job_conditions(job: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     return [{k: c[k] for k in _CONDITION_KEYS if c.get(k) is not None} for c in conditions]
 
 
-def failed_status(message: str, generation: int | None) -> dict[str, Any]:
+def condition(
+    type_: str, status: ConditionStatus, reason: str, message: str = ""
+) -> dict[str, Any]:
+    """An operator condition (``lastTransitionTime`` is stamped by :func:`desired_status`)."""
+    out: dict[str, Any] = {"type": type_, "status": status, "reason": reason}
+    if message:
+        out["message"] = message
+    return out
+
+
+def eval_condition(job: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``Evaluated`` from a batch/v1 Job: Complete → True, Failed → False, else Unknown."""
+    status = (job or {}).get("status") or {}
+    true_types = {
+        c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"
+    }
+    if "Failed" in true_types:
+        return condition("Evaluated", "False", "EvaluationFailed", "evaluation Job failed")
+    if "Complete" in true_types:
+        return condition("Evaluated", "True", "EvaluationSucceeded")
+    if job is None:
+        return condition("Evaluated", "Unknown", "EvaluationPending")
+    reason = "EvaluationRunning" if status.get("active") else "EvaluationPending"
+    return condition("Evaluated", "Unknown", reason)
+
+
+def failed_status(message: str, generation: int | None, now: str) -> dict[str, Any]:
     """Status of an Experiment whose spec is invalid: Failed, with the message in a condition."""
+    ready = condition("Ready", "False", "InvalidSpec", message)
     return {
         "phase": "Failed",
         "observedGeneration": generation,
-        "conditions": [
-            {"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": message}
-        ],
+        "conditions": [{**ready, "lastTransitionTime": now}],
     }
+
+
+def _stamped(
+    own: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """``own`` with lastTransitionTime kept from ``current`` when the status did not change."""
+    before = {c.get("type"): c for c in current}
+    out = []
+    for cond in own:
+        prev = before.get(cond["type"])
+        same = prev is not None and prev.get("status") == cond["status"]
+        stamp = prev.get("lastTransitionTime") if same and prev is not None else None
+        out.append({**cond, "lastTransitionTime": stamp or now})
+    return out
 
 
 def desired_status(
@@ -57,17 +107,43 @@ def desired_status(
     generation: int | None,
     checkpoint_uri: str,
     mlflow_run_url: str,
+    mlflow_run_id: str = "",
+    progress: Progress | None = None,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    current: Mapping[str, Any] | None = None,
+    now: str = "",
 ) -> dict[str, Any]:
-    """The status the Experiment should show for this job."""
+    """The status the Experiment should show for this job.
+
+    ``conditions`` are the operator conditions this writer computed; the other operator
+    conditions of ``current`` are carried over. ``progress`` None leaves lastStep/lastReward out
+    of the result, so a patch keeps the last values.
+    """
+    current_conditions = list((current or {}).get("conditions") or [])
+    own_types = {c["type"] for c in conditions}
+    carried = [
+        c
+        for c in current_conditions
+        if c.get("type") in OPERATOR_CONDITIONS and c.get("type") not in own_types
+    ]
     out: dict[str, Any] = {
         "phase": job_phase(job),
         "observedGeneration": generation,
-        "conditions": job_conditions(job),
+        "conditions": [
+            *job_conditions(job),
+            *carried,
+            *_stamped(conditions, current_conditions, now),
+        ],
     }
     if checkpoint_uri:
         out["checkpointUri"] = checkpoint_uri
     if mlflow_run_url:
         out["mlflowRunUrl"] = mlflow_run_url
+    if mlflow_run_id:
+        out["mlflowRunId"] = mlflow_run_id
+    if progress is not None:
+        out["lastStep"] = progress.step
+        out["lastReward"] = progress.reward
     return out
 
 

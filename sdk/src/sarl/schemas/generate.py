@@ -74,7 +74,10 @@ class ExperimentCondition(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    type: str = Field(description="Condition type, e.g. Ready, TrainingRunning, RewardsReady.")
+    type: str = Field(
+        description="Condition type: the training job's (Created, Running, Succeeded, Failed...) "
+        "or the operator's (Ready, TrackingReady, Evaluated)."
+    )
     status: Literal["True", "False", "Unknown"]
     reason: str | None = Field(default=None, description="CamelCase reason of the last change.")
     message: str | None = Field(default=None, description="Human-readable detail.")
@@ -102,6 +105,10 @@ class ExperimentStatus(BaseModel):
         default=None, ge=0, description="metadata.generation the status describes."
     )
     mlflowRunUrl: str | None = Field(default=None, description="MLflow UI URL of the run.")
+    mlflowRunId: str | None = Field(
+        default=None,
+        description="MLflow run the training job logs into (MLFLOW_RUN_ID); reused on reconcile.",
+    )
     checkpointUri: str | None = Field(default=None, description="Last complete checkpoint.")
     lastStep: int | None = Field(default=None, ge=0, description="Last finished training step.")
     lastReward: float | None = Field(default=None, description="Mean reward of that step.")

@@ -1,0 +1,86 @@
+"""Pure builder of the evaluation Job: a trained Experiment's checkpoint on the math benchmarks.
+
+Called by ``handlers`` (the status timer, once training has Succeeded) and by the golden-file
+tests. ``<name>-eval`` is a ``batch/v1`` Job with the trainer's image, config volume and
+environment (MLflow run, checkpoint URI, S3 credentials) plus ``SARL_DATA_URI`` (where
+``sarl data prepare`` wrote ``benchmarks/<name>.parquet``), running
+``python -m sarl_jobs.evaluate --config /etc/sarl/experiment.yaml``, which logs ``eval/...``
+metrics into the Experiment's MLflow run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sarl.spec.experiment import Experiment
+from sarl_operator import builders
+
+EVAL_MODULE: Final = "sarl_jobs.evaluate"
+#: The benchmarks ``sarl_jobs.evaluate`` runs on a cluster; others (e.g. heldout) are the
+#: trainer's own in-loop evaluation.
+CLUSTER_BENCHMARKS: Final = frozenset({"math500", "aime25", "amc23", "minerva"})
+
+
+def eval_name(exp: Experiment) -> str:
+    return f"{exp.name}-eval"
+
+
+def cluster_benchmarks(exp: Experiment) -> list[str]:
+    """The Experiment's benchmarks that the evaluation Job runs, in spec order."""
+    return [b for b in exp.spec.evaluation.benchmarks if b in CLUSTER_BENCHMARKS]
+
+
+def eval_job(
+    exp: Experiment,
+    namespace: str,
+    *,
+    image: str,
+    mlflow_run_id: str,
+    tracking_uri: str,
+    platform: builders.Platform = builders.DEFAULT_PLATFORM,
+) -> dict[str, Any]:
+    """Job ``<name>-eval``: one pod, 1 GPU when the trainer has GPUs, no retries (a failed
+    evaluation is reported as ``Evaluated=False``, and re-running it means deleting the Job)."""
+    env = builders.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
+    env.append({"name": "SARL_DATA_URI", "value": platform.data_uri})
+    res = exp.spec.resources
+    limits = {builders.GPU_RESOURCE: "1"} if res.gpus_per_node > 0 else {}
+    config_path = f"{builders.CONFIG_DIR}/{builders.CONFIG_FILE}"
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "evaluate",
+                "image": image,
+                "command": ["python", "-m", EVAL_MODULE],
+                "args": ["--config", config_path],
+                "env": env,
+                "resources": {"limits": limits},
+                "volumeMounts": [
+                    {"name": "config", "mountPath": builders.CONFIG_DIR, "readOnly": True},
+                    {"name": "dshm", "mountPath": "/dev/shm"},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "config", "configMap": {"name": builders.config_name(exp)}},
+            # vLLM's workers share tensors through /dev/shm (64 MiB by default).
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ],
+    }
+    if res.node_selector:
+        pod["nodeSelector"] = dict(res.node_selector)
+    if res.tolerations:
+        pod["tolerations"] = [dict(t) for t in res.tolerations]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": builders.meta(exp, eval_name(exp), namespace, "evaluation"),
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": builders.labels(exp, "evaluation")},
+                "spec": pod,
+            },
+        },
+    }

@@ -1,0 +1,221 @@
+"""The MLflow side of an Experiment: its run (found or created) and the progress the trainer logs.
+
+Called by ``handlers``: at reconcile, :meth:`MlflowTracking.ensure_run` gives the run whose id is
+passed to the training job as ``MLFLOW_RUN_ID`` (so the trainer logs into it instead of starting
+its own); the status timer reads :meth:`MlflowTracking.latest_progress` for lastStep/lastReward.
+
+It talks to MLflow's REST API (``/api/2.0/mlflow/...``) with httpx rather than the ``mlflow``
+package: the operator image stays small, and every call has a timeout and bounded retries.
+Transient failures (timeouts, dropped connections, 408/429/5xx) are retried ``max_retries`` times
+with capped exponential backoff (:mod:`sarl.http.retry`); then, or at once on another 4xx,
+:class:`TrackingError` is raised with the URL and cause. What the caller does with it is the
+caller's policy (reconcile: condition ``TrackingReady=False`` and a retry later; timer: keep the
+last values).
+
+The run is found by its tag ``sarl.dev/experiment-uid=<uid>`` (the Experiment's Kubernetes uid),
+so repeated reconciles and operator restarts reuse one run, and a re-created Experiment of the
+same name gets a fresh one. The JSON -> value mappings are pure functions, tested on their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+
+from sarl.http.retry import backoff_delay, is_transient_status, one_line
+from sarl.tracking.metrics import REWARD_MEAN
+
+log = logging.getLogger(__name__)
+
+UID_TAG: Final = "sarl.dev/experiment-uid"
+EXPERIMENT_TAG: Final = "sarl.dev/experiment"
+NAMESPACE_TAG: Final = "sarl.dev/namespace"
+#: verl's own mean sequence score, for runs whose trainer does not log REWARD_MEAN.
+VERL_SCORE_MEAN: Final = "critic/score/mean"
+#: Reward metrics in order of preference for lastStep/lastReward.
+REWARD_METRICS: Final = (REWARD_MEAN, VERL_SCORE_MEAN)
+_API: Final = "/api/2.0/mlflow"
+
+
+class TrackingError(RuntimeError):
+    """An MLflow call failed after its retries; the message names the URL and the cause."""
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """An MLflow run: its id and the id of the MLflow experiment holding it."""
+
+    run_id: str
+    experiment_id: str
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The latest training step and its mean reward, as logged by the trainer."""
+
+    step: int
+    reward: float
+
+
+# ---- pure mappings ----
+
+
+def run_url(ui_base: str, ref: RunRef) -> str:
+    """The MLflow UI page of the run: ``<ui>/#/experiments/<eid>/runs/<rid>``."""
+    return f"{ui_base.rstrip('/')}/#/experiments/{ref.experiment_id}/runs/{ref.run_id}"
+
+
+def uid_filter(uid: str) -> str:
+    """MLflow search filter for the run tagged with this Experiment uid (backticks quote a key
+    with ``.`` and ``/``; a uid never contains a quote, but one is escaped anyway)."""
+    return f"tags.`{UID_TAG}` = '{uid.replace(chr(39), chr(92) + chr(39))}'"
+
+
+def run_tags(name: str, namespace: str, uid: str, extra: Mapping[str, str]) -> list[dict[str, str]]:
+    """The run's tags: the user's ``spec.tracking.tags`` and sarl's own (which win)."""
+    tags = {**extra, EXPERIMENT_TAG: name, NAMESPACE_TAG: namespace, UID_TAG: uid}
+    return [{"key": k, "value": v} for k, v in tags.items()]
+
+
+def run_ref(payload: Mapping[str, Any]) -> RunRef:
+    """RunRef from a ``{"run": {"info": ...}}`` reply (runs/create, runs/get) or a search hit."""
+    info = (payload.get("run") or payload).get("info") or {}
+    run_id, experiment_id = info.get("run_id"), info.get("experiment_id")
+    if not run_id or not experiment_id:
+        raise TrackingError(f"MLflow reply has no run_id/experiment_id: {one_line(str(payload))}")
+    return RunRef(str(run_id), str(experiment_id))
+
+
+def progress_from_metrics(metrics: Sequence[Mapping[str, Any]]) -> Progress | None:
+    """Latest step and reward from a run's ``data.metrics`` (MLflow keeps the latest value of
+    each key there): the first of :data:`REWARD_METRICS` present; None when none is logged."""
+    by_key = {m.get("key"): m for m in metrics}
+    for key in REWARD_METRICS:
+        metric = by_key.get(key)
+        if metric is not None and metric.get("value") is not None:
+            return Progress(step=int(metric.get("step") or 0), reward=float(metric["value"]))
+    return None
+
+
+# ---- the client ----
+
+
+@dataclass(frozen=True)
+class MlflowTracking:
+    """MLflow REST client of one tracking server (``base_url``, e.g. http://mlflow:5000).
+
+    Every request is bounded by ``timeout_s``; transient failures are retried ``max_retries``
+    times after a backoff of at most ``backoff_s * 2**(n-1)`` (capped at ``max_backoff_s``).
+    ``transport`` and ``sleep`` are for tests.
+    """
+
+    base_url: str
+    timeout_s: float = 10.0
+    max_retries: int = 2
+    backoff_s: float = 0.5
+    max_backoff_s: float = 4.0
+    transport: httpx.BaseTransport | None = None
+    sleep: Callable[[float], None] = time.sleep
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+        """(status, JSON body) of one request, retried while transient; 200 and 4xx return."""
+        url = f"{self.base_url.rstrip('/')}{_API}/{path}"
+        cause = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.sleep(backoff_delay(attempt, self.backoff_s, self.max_backoff_s))
+            try:
+                with httpx.Client(timeout=self.timeout_s, transport=self.transport) as client:
+                    response = client.request(method, url, **kwargs)
+            except httpx.HTTPError as e:  # timeouts, refused/reset connections
+                cause = f"{type(e).__name__}: {e}"
+                log.warning("MLflow %s %s; attempt %d", url, cause, attempt + 1)
+                continue
+            if is_transient_status(response.status_code):
+                cause = f"HTTP {response.status_code}: {one_line(response.text)}"
+                continue
+            try:
+                body = response.json() if response.content else {}
+            except ValueError:
+                body = {"message": one_line(response.text)}
+            return response.status_code, body if isinstance(body, dict) else {}
+        attempts = self.max_retries + 1
+        raise TrackingError(f"MLflow {url}: {cause} (after {attempts} attempts)")
+
+    def _ok(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        status, body = self._call(method, path, **kwargs)
+        if status != 200:
+            raise TrackingError(
+                f"MLflow {path}: HTTP {status}: {body.get('message') or body.get('error_code')}"
+            )
+        return body
+
+    def experiment_id(self, name: str) -> str:
+        """Id of the MLflow experiment ``name``, created if missing (a concurrent creation by
+        someone else is fine: the name is then looked up again)."""
+        for _ in range(2):
+            status, body = self._call(
+                "GET", "experiments/get-by-name", params={"experiment_name": name}
+            )
+            if status == 200:
+                return str(body["experiment"]["experiment_id"])
+            if body.get("error_code") != "RESOURCE_DOES_NOT_EXIST":
+                raise TrackingError(f"MLflow experiments/get-by-name {name!r}: HTTP {status}")
+            status, body = self._call("POST", "experiments/create", json={"name": name})
+            if status == 200:
+                return str(body["experiment_id"])
+            if body.get("error_code") != "RESOURCE_ALREADY_EXISTS":
+                raise TrackingError(f"MLflow experiments/create {name!r}: HTTP {status}: {body}")
+        raise TrackingError(f"MLflow experiment {name!r}: created but not found")
+
+    def find_run(self, experiment_id: str, uid: str) -> RunRef | None:
+        """The run tagged with this Experiment uid, oldest first; None if there is none."""
+        body = self._ok(
+            "POST",
+            "runs/search",
+            json={
+                "experiment_ids": [experiment_id],
+                "filter": uid_filter(uid),
+                "max_results": 1,
+                "order_by": ["attributes.start_time ASC"],
+            },
+        )
+        runs = body.get("runs") or []
+        return run_ref(runs[0]) if runs else None
+
+    def ensure_run(
+        self,
+        experiment_name: str,
+        *,
+        run_name: str,
+        namespace: str,
+        uid: str,
+        tags: Mapping[str, str] | None = None,
+    ) -> RunRef:
+        """The Experiment's run: found by its uid tag, else created (run name = ``run_name``)."""
+        eid = self.experiment_id(experiment_name)
+        found = self.find_run(eid, uid)
+        if found is not None:
+            return found
+        body = self._ok(
+            "POST",
+            "runs/create",
+            json={
+                "experiment_id": eid,
+                "run_name": run_name,
+                "start_time": int(time.time() * 1000),
+                "tags": run_tags(run_name, namespace, uid, tags or {}),
+            },
+        )
+        return run_ref(body)
+
+    def latest_progress(self, run_id: str) -> Progress | None:
+        """Latest step/reward of the run (None: nothing logged yet)."""
+        body = self._ok("GET", "runs/get", params={"run_id": run_id})
+        metrics = ((body.get("run") or {}).get("data") or {}).get("metrics") or []
+        return progress_from_metrics(metrics)

@@ -1,0 +1,323 @@
+"""The whole operator: ``kopf run -A --standalone -m sarl_operator.handlers`` as a subprocess,
+against an in-memory Kubernetes API server and a real MLflow server.
+
+No real Kubernetes API server can run here, so the operator talks (over real HTTP, through kopf
+and the kubernetes client) to kmock's emulator via :mod:`sarl.testing.kube_server`: it stores
+objects, serves discovery, watches and merge patches, but has no admission, no schema validation
+and **no garbage collector** and no controllers. So these tests assert the owner references that
+make deletion cascade, and play the Training Operator by writing the PyTorchJob's status
+themselves; deletion cascading is checked by the ``e2e`` tests on a real cluster only. MLflow is
+the real server (``mlflow_server`` fixture); the trainer's metrics are logged with mlflow's
+client, as the trainer does. The status timer runs every second (``SARL_STATUS_INTERVAL_S=1``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+pytest.importorskip("kmock")
+from kubernetes import config, dynamic
+
+from sarl.testing.kube_server import (
+    CONFIGMAPS,
+    EVENTS,
+    EXPERIMENTS,
+    ISVCS,
+    JOBS,
+    PYTORCHJOBS,
+    KubeServer,
+    kube_server,
+)
+from sarl.testing.mlflow_server import free_port
+from tests.operators.cases import example_doc
+
+NAMESPACE = "team-a"
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 20.0) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@dataclass
+class Operator:
+    """The operator subprocess (its log in ``log_path``), restartable."""
+
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "kopf", "run", "-A", "--standalone"]
+        command += ["-m", "sarl_operator.handlers"]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)  # its own session: only this operator
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(5)
+        self.process = None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[KubeServer]:
+    with kube_server() as ks:
+        yield ks
+
+
+@pytest.fixture(scope="module")
+def operator(
+    server: KubeServer, mlflow_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    tmp = tmp_path_factory.mktemp("operator")
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(server.kubeconfig(tmp / "kubeconfig", NAMESPACE)),
+        "SARL_MLFLOW_TRACKING_URI": mlflow_server.url,
+        "SARL_MLFLOW_UI_URL": "https://mlflow.example.com",
+        "SARL_STATUS_INTERVAL_S": "1",
+        "SARL_TRAINER_IMAGE": "ghcr.io/sarl-dev/sarl-verl:test",
+        "SARL_S3_BUCKET": "sarl",
+    }
+    op = Operator(env=env, log_path=tmp / "operator.log")
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture(scope="module")
+def kube(server: KubeServer, tmp_path_factory: pytest.TempPathFactory) -> dynamic.DynamicClient:
+    path = server.kubeconfig(tmp_path_factory.mktemp("client") / "kubeconfig", NAMESPACE)
+    return dynamic.DynamicClient(config.new_client_from_config(config_file=str(path)))
+
+
+def _resource(kube: dynamic.DynamicClient, api_version: str, kind: str) -> Any:
+    return kube.resources.get(api_version=api_version, kind=kind)
+
+
+def _doc(name: str) -> dict[str, Any]:
+    """The example, renamed, with an embedder the operator serves (url empty -> an ISVC)."""
+    doc = copy.deepcopy(example_doc())
+    doc["metadata"] = {"name": name}
+    doc["spec"]["reward"] = [
+        {
+            "name": "structure",
+            "settings": {
+                "clustering": "kmeans",
+                "embedder": {"kind": "openai", "model": "Qwen/Qwen3-Embedding-0.6B", "url": ""},
+            },
+        }
+    ]
+    return doc
+
+
+def _create(kube: dynamic.DynamicClient, doc: dict[str, Any]) -> dict[str, Any]:
+    made = _resource(kube, "sarl.dev/v1alpha1", "Experiment").create(body=doc, namespace=NAMESPACE)
+    return dict(made.to_dict())
+
+
+def _merge(kube: dynamic.DynamicClient, api_version: str, kind: str, name: str, body: Any) -> None:
+    _resource(kube, api_version, kind).patch(
+        body=body, name=name, namespace=NAMESPACE, content_type="application/merge-patch+json"
+    )
+
+
+def _status(server: KubeServer, name: str) -> dict[str, Any]:
+    return dict(server.objects(EXPERIMENTS, NAMESPACE).get(name, {}).get("status") or {})
+
+
+def _condition(server: KubeServer, name: str, type_: str) -> dict[str, Any] | None:
+    for cond in _status(server, name).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return None
+
+
+def _events(server: KubeServer, name: str) -> list[str]:
+    """Reasons of the Events about Experiment ``name``, oldest first."""
+    events = server.objects(EVENTS, NAMESPACE).values()
+    ours = [e for e in events if (e.get("involvedObject") or {}).get("name") == name]
+    ours.sort(key=lambda e: int(e["metadata"].get("resourceVersion") or 0))
+    return [str(e.get("reason")) for e in ours]
+
+
+def _master_env(job: dict[str, Any]) -> dict[str, str]:
+    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    return {e["name"]: e.get("value", "") for e in pod["containers"][0]["env"]}
+
+
+def _reconciled(server: KubeServer, name: str) -> dict[str, Any] | None:
+    """The PyTorchJob once the operator created it and recorded the run in the status."""
+    job = server.objects(PYTORCHJOBS, NAMESPACE).get(name)
+    return job if job and _status(server, name).get("mlflowRunId") else None
+
+
+def test_children_are_owned_and_the_job_logs_into_the_experiments_run(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient, mlflow_server: Any
+) -> None:
+    from mlflow import MlflowClient
+
+    uid = _create(kube, _doc("owned"))["metadata"]["uid"]
+    job = wait_for("the PyTorchJob and run id", lambda: _reconciled(server, "owned"))
+    children = [
+        server.objects(CONFIGMAPS, NAMESPACE)["owned-config"],
+        server.objects(ISVCS, NAMESPACE)["owned-embedding"],
+        job,
+    ]
+    for child in children:
+        refs = child["metadata"]["ownerReferences"]
+        assert [(r["kind"], r["name"], r["uid"], r["controller"]) for r in refs] == [
+            ("Experiment", "owned", uid, True)
+        ]
+    status = _status(server, "owned")
+    run_id = status["mlflowRunId"]
+    env = _master_env(job)
+    assert env["MLFLOW_RUN_ID"] == run_id and env["MLFLOW_TRACKING_URI"] == mlflow_server.url
+    run = MlflowClient(mlflow_server.url).get_run(run_id)
+    assert run.data.tags["sarl.dev/experiment-uid"] == uid and run.info.run_name == "owned"
+    eid = run.info.experiment_id
+    assert status["mlflowRunUrl"] == f"https://mlflow.example.com/#/experiments/{eid}/runs/{run_id}"
+    assert status["phase"] == "Pending"
+    assert _condition(server, "owned", "TrackingReady")["status"] == "True"  # type: ignore[index]
+
+
+def test_status_follows_the_job_and_the_runs_metrics(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient, mlflow_server: Any
+) -> None:
+    from mlflow import MlflowClient
+
+    _create(kube, _doc("progress"))
+    wait_for("the PyTorchJob", lambda: _reconciled(server, "progress"))
+    running = {"status": {"conditions": [{"type": "Running", "status": "True"}]}}
+    _merge(kube, "kubeflow.org/v1", "PyTorchJob", "progress", running)
+    wait_for("phase Running", lambda: _status(server, "progress").get("phase") == "Running")
+    assert "PhaseRunning" in wait_for("events", lambda: _events(server, "progress"))
+
+    run_id = _status(server, "progress")["mlflowRunId"]
+    mlflow = MlflowClient(mlflow_server.url)
+    for step, reward in [(1, 0.25), (2, 0.5)]:
+        mlflow.log_metric(run_id, "reward/mean", reward, step=step)
+    wait_for("lastStep 2", lambda: _status(server, "progress").get("lastStep") == 2)
+    assert _status(server, "progress")["lastReward"] == 0.5
+
+    done = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+    _merge(kube, "kubeflow.org/v1", "PyTorchJob", "progress", done)
+    evaluation = wait_for(
+        "the eval Job", lambda: server.objects(JOBS, NAMESPACE).get("progress-eval")
+    )
+    assert evaluation["metadata"]["ownerReferences"][0]["name"] == "progress"
+    pod = evaluation["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MLFLOW_RUN_ID"] == run_id and env["SARL_DATA_URI"] == "s3://sarl/data"
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    _merge(kube, "batch/v1", "Job", "progress-eval", complete)
+    wait_for(
+        "Evaluated=True",
+        lambda: (_condition(server, "progress", "Evaluated") or {}).get("status") == "True",
+    )
+    assert _status(server, "progress")["phase"] == "Succeeded"  # phase stays the training's
+
+
+def test_invalid_spec_fails_once_naming_the_field(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient
+) -> None:
+    doc = _doc("invalid")
+    doc["spec"]["algorithm"] = {"learning_rate": -1}
+    _create(kube, doc)
+    wait_for("phase Failed", lambda: _status(server, "invalid").get("phase") == "Failed")
+    ready = _condition(server, "invalid", "Ready")
+    assert ready is not None and ready["reason"] == "InvalidSpec"
+    assert "spec.algorithm.learning_rate" in ready["message"]
+    time.sleep(3)  # three timer intervals: a retry loop would have posted more events by now
+    events = _events(server, "invalid")
+    assert events.count("PhaseFailed") == 1 and events.count("InvalidSpec") == 1, events
+    assert "invalid" not in server.objects(PYTORCHJOBS, NAMESPACE)
+    assert "invalid-config" not in server.objects(CONFIGMAPS, NAMESPACE)
+
+
+def test_spec_update_patches_the_children(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient
+) -> None:
+    _create(kube, _doc("update"))
+    job = wait_for("the PyTorchJob", lambda: _reconciled(server, "update"))
+    _merge(kube, "sarl.dev/v1alpha1", "Experiment", "update", {"spec": {"resources": {"nodes": 2}}})
+
+    def two_nodes() -> dict[str, Any] | None:
+        found = server.objects(PYTORCHJOBS, NAMESPACE)["update"]
+        return found if "Worker" in found["spec"]["pytorchReplicaSpecs"] else None
+
+    updated = wait_for("a Worker replica", two_nodes)
+    assert _master_env(updated)["MLFLOW_RUN_ID"] == _master_env(job)["MLFLOW_RUN_ID"]
+    config_text = server.objects(CONFIGMAPS, NAMESPACE)["update-config"]["data"]["experiment.yaml"]
+    assert "nodes: 2" in config_text
+
+
+def test_restart_reuses_the_run_and_the_children(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient, mlflow_server: Any
+) -> None:
+    from mlflow import MlflowClient
+
+    uid = _create(kube, _doc("restart"))["metadata"]["uid"]
+    wait_for("the PyTorchJob", lambda: _reconciled(server, "restart"))
+    config_version = server.objects(CONFIGMAPS, NAMESPACE)["restart-config"]["metadata"]
+    operator.stop()
+    operator.start()
+
+    def resumed() -> bool:
+        cm = server.objects(CONFIGMAPS, NAMESPACE)["restart-config"]["metadata"]
+        return int(cm["resourceVersion"]) > int(config_version["resourceVersion"])
+
+    wait_for(f"the resumed reconcile\n{operator.log()}", resumed)
+    mlflow = MlflowClient(mlflow_server.url)
+    experiment = mlflow.get_experiment_by_name("restart")
+    assert experiment is not None
+    runs = mlflow.search_runs(
+        experiment_ids=[experiment.experiment_id],
+        filter_string=f"tags.`sarl.dev/experiment-uid` = '{uid}'",
+    )
+    assert len(runs) == 1
+    assert _events(server, "restart").count("Created") == 3  # ConfigMap, ISVC, PyTorchJob once
+
+
+def test_mlflow_down_reports_tracking_and_creates_no_job(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient
+) -> None:
+    doc = _doc("nomlflow")
+    doc["spec"]["tracking"] = {"mlflow_uri": f"http://127.0.0.1:{free_port()}"}
+    _create(kube, doc)
+    tracking = wait_for(
+        "TrackingReady=False", lambda: _condition(server, "nomlflow", "TrackingReady")
+    )
+    assert tracking["status"] == "False" and "ConnectError" in tracking["message"]
+    time.sleep(1.5)
+    assert "nomlflow" not in server.objects(PYTORCHJOBS, NAMESPACE)
+    assert _status(server, "nomlflow")["phase"] == "Pending"
