@@ -43,6 +43,8 @@ TRAINER_MODULES: Final[Mapping[str, str]] = {
     "trl": "sarl_jobs.trl_trainer",
 }
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+#: PyTorchJob restarts before it is Failed; each restart resumes from the last checkpoint.
+RESTARTS: Final = 3
 EXPERIMENT_LABEL: Final = "sarl.dev/experiment"
 _EMBEDDING_MODEL_NAME: Final = "embedding"
 _JUDGE_MODEL_NAME: Final = "judge"
@@ -355,8 +357,9 @@ def pytorchjob(
         "metadata": meta(exp, exp.name, namespace, "trainer"),
         "spec": {
             "nprocPerNode": str(max(res.gpus_per_node, 1)),
-            # A failed RL run is inspected, not retried blindly: checkpoints allow a resume.
-            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0},
+            # A lost or preempted pod restarts and resumes from the last checkpoint in the store
+            # (sarl_jobs.resume); a run that keeps failing stops after RESTARTS retries.
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": RESTARTS},
             "pytorchReplicaSpecs": replicas,
         },
     }
