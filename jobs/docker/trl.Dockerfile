@@ -1,0 +1,26 @@
+# sarl TRL trainer image (operator SARL_TRL_TRAINER_IMAGE, `spec.resources.backend: trl`): TRL 1.x
+# with accelerate FSDP2, the sarl sdk and the job entrypoints (`python -m sarl_jobs.trl_trainer`,
+# `python -m sarl_jobs.evaluate`). A separate image from verl's: their pins conflict. Build from
+# the repository root:
+#   docker build -f jobs/docker/trl.Dockerfile -t sarl-trl .
+# Not built in CI (no GPU, no Docker engine).
+ARG BASE_IMAGE=pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime
+FROM ${BASE_IMAGE}
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /opt/sarl
+COPY sdk/pyproject.toml sdk/README.md sdk/
+COPY sdk/src sdk/src
+COPY jobs/pyproject.toml jobs/README.md jobs/
+COPY jobs/src jobs/src
+# The embedder extra lets structure rewards run in-process when no embedding service is given.
+RUN pip install "./sdk[trl,local,math,embed]" "./jobs[trl]"
+
+RUN useradd --create-home --uid 10001 sarl
+USER 10001
+ENTRYPOINT ["python", "-m"]
+CMD ["sarl_jobs.trl_trainer", "/etc/sarl/experiment.yaml"]
