@@ -2,13 +2,16 @@
 
 Called by :mod:`sarl_jobs.verl_trainer` (rows written as verl's parquet files) and
 :mod:`sarl_jobs.trl_trainer` (a ``datasets.Dataset``). The split is the one the local runner uses
-(``sarl.tasks.generators``), so a cluster run trains on the same problems as a local one.
+(``sarl.tasks.generators``), so a cluster run trains on the same problems as a local one. Rows are
+built by :func:`sarl.datasets.schema.verl_row`, the builder ``sarl data prepare`` uses too, so
+task prompts and prepared datasets share one layout.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from sarl.datasets.schema import verl_row
 from sarl.spec.experiment import Experiment
 from sarl.tasks.generators import (
     Problem,
@@ -42,19 +45,19 @@ def problems(exp: Experiment) -> tuple[list[Problem], list[Problem]]:
 
 
 def verl_rows(exp: Experiment, items: list[Problem], split: str) -> list[dict[str, Any]]:
-    """Rows in verl's RL dataset layout (``verl/utils/dataset/rl_dataset.py``): a chat
-    ``prompt``, ``data_source`` (the reward function's first argument), the answer under
-    ``reward_model.ground_truth`` and ``extra_info``."""
+    """Rows in verl's RL dataset layout (see :mod:`sarl.datasets.schema`): a chat ``prompt``
+    from ``data.prompt_template``, ``data_source`` = the task (the reward function's first
+    argument), the answer under ``reward_model.ground_truth`` and ``extra_info``."""
     data = exp.spec.data
     return [
-        {
-            "data_source": data.task,
-            "prompt": [
-                {"role": "user", "content": data.prompt_template.format(question=p.question)}
-            ],
-            "ability": "reasoning",
-            "reward_model": {"style": "rule", "ground_truth": p.answer},
-            "extra_info": {"split": split, "index": i},
-        }
+        verl_row(
+            data_source=data.task,
+            question=p.question,
+            template=data.prompt_template,
+            ground_truth=p.answer,
+            split=split,
+            index=i,
+            ability="reasoning",
+        )
         for i, p in enumerate(items)
     ]

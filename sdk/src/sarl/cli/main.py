@@ -13,7 +13,7 @@ from importlib.metadata import entry_points
 
 import typer
 
-from sarl.cli import cluster, compare, demo, maps, reward, run
+from sarl.cli import cluster, compare, data, demo, maps, reward, run
 
 app = typer.Typer(
     name="sarl",
@@ -23,6 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(reward.app, name="reward")
+app.add_typer(data.app, name="data")
 app.command("map")(maps.map_command)
 app.command("demo")(demo.demo_command)
 app.command("run")(run.run_command)
