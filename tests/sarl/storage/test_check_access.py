@@ -107,3 +107,14 @@ def test_s3_check_access_with_bad_credentials_names_the_env_vars(
     message = _one_line(e)
     assert f"bucket '{bucket}' at {s3_endpoint} failed: InvalidAccessKeyId" in message
     assert "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY" in message
+
+
+def test_endpoint_comes_from_aws_endpoint_url_when_not_given(
+    s3_endpoint: str, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cluster jobs get the platform's S3 endpoint only through AWS_ENDPOINT_URL."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    open_store(f"s3://{bucket}/exp").check_access()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    with pytest.raises(StorageError):
+        open_store(f"s3://{bucket}/exp").check_access()

@@ -49,6 +49,7 @@ def open_store(
 ) -> CheckpointStore:
     """The store for ``uri``: ``s3://bucket/prefix`` -> S3, else a local path (``file://`` ok).
 
+    The S3 endpoint not passed explicitly comes from ``AWS_ENDPOINT_URL`` (unset: AWS S3).
     S3 credentials not passed explicitly come from ``AWS_ACCESS_KEY_ID`` /
     ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``), the region from ``AWS_REGION`` or
     ``AWS_DEFAULT_REGION`` (unset: discovered from the bucket). Raises ValueError for a malformed
@@ -74,6 +75,8 @@ def _open_s3(
     uri: str, endpoint_url: str | None, access_key: str | None, secret_key: str | None
 ) -> S3CheckpointStore:
     bucket, prefix = parse_s3_uri(uri)
+    # The AWS SDKs' variable: cluster jobs get the platform's MinIO endpoint this way.
+    endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
     from_env = access_key is None and secret_key is None
     access_key = access_key or os.environ.get("AWS_ACCESS_KEY_ID")
     secret_key = secret_key or os.environ.get("AWS_SECRET_ACCESS_KEY")
