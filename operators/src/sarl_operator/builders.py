@@ -267,6 +267,8 @@ def job_env(
         {"name": "MLFLOW_TRACKING_URI", "value": tracking},
         {"name": "MLFLOW_RUN_ID", "value": mlflow_run_id},
         {"name": "SARL_CHECKPOINT_URI", "value": checkpoint_uri(exp, namespace, platform)},
+        # Where `sarl data prepare` wrote datasets and benchmarks (relative dataset paths).
+        {"name": "SARL_DATA_URI", "value": platform.data_uri},
     ]
     endpoint = storage.endpoint_url or platform.s3_endpoint_url
     if endpoint:

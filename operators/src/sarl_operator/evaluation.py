@@ -42,7 +42,6 @@ def eval_job(
     """Job ``<name>-eval``: one pod, 1 GPU when the trainer has GPUs, no retries (a failed
     evaluation is reported as ``Evaluated=False``, and re-running it means deleting the Job)."""
     env = builders.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
-    env.append({"name": "SARL_DATA_URI", "value": platform.data_uri})
     res = exp.spec.resources
     limits = {builders.GPU_RESOURCE: "1"} if res.gpus_per_node > 0 else {}
     config_path = f"{builders.CONFIG_DIR}/{builders.CONFIG_FILE}"

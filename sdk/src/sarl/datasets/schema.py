@@ -65,7 +65,8 @@ def verl_row(
         "prompt": [{"role": "user", "content": template.format(question=question)}],
         "ability": ability,
         "reward_model": {"style": style, "ground_truth": ground_truth},
-        "extra_info": {"split": split, "index": index, **(extra or {})},
+        # The raw question too: trainers apply the Experiment's own prompt template to it.
+        "extra_info": {"split": split, "index": index, "question": question, **(extra or {})},
     }
 
 

@@ -42,7 +42,7 @@ _PAPER_COMMON: dict[str, Any] = {
 
 _SETTINGS: dict[str, dict[str, Any]] = {
     "math": {
-        "data": {"task": "dataset", "dataset": "data/aime_1983_2024.parquet"},
+        "data": {"task": "dataset", "dataset": "train/aime.parquet"},
         "algorithm": {"max_response_length": 8192, "epochs": 15},
         "reward": [
             {"name": "structure", "settings": {"clustering": "kmeans", "embedder": _PAPER_EMBEDDER}}
@@ -51,7 +51,7 @@ _SETTINGS: dict[str, dict[str, Any]] = {
     "open-ended": {
         "data": {
             "task": "dataset",
-            "dataset": "data/openrubrics_v2.parquet",
+            "dataset": "train/openrubrics.parquet",
             "question_field": "instruction",
             "answer_field": "instruction",
             "prompt_template": "{question}",
