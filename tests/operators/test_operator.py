@@ -46,8 +46,9 @@ NAMESPACE = "team-a"
 T = TypeVar("T")
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 20.0) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout."""
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 60.0) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout (60 s:
+    generous, as a loaded 2-core CI machine runs the operator, kmock and MLflow at once)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = probe()
