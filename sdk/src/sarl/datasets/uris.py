@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import os
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,17 +78,11 @@ def write_parquet(
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """``data`` at ``path`` via a temp file in the same directory, fsync and rename."""
+    """``data`` at ``path`` (parents created), atomically: the checkpoint store's writer."""
+    from sarl.storage.local import write_atomic as store_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
-    try:
-        with tmp.open("xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # a no-op after the rename
+    store_write(path, data)
 
 
 def read_parquet(uri: str, *, endpoint_url: str | None = None) -> list[dict[str, Any]]:

@@ -81,7 +81,7 @@ class LocalCheckpointStore(CheckpointStore):
                 self._delete(step)  # manifest first: the old checkpoint stops being complete
             os.replace(tmp, final)
             _fsync_dir(self.root)
-            _write_atomic(final / MANIFEST_NAME, encode_manifest(info))
+            write_atomic(final / MANIFEST_NAME, encode_manifest(info))
         except OSError as e:
             raise StorageError(f"saving step {step} to {final} failed: {e}") from e
         finally:
@@ -176,7 +176,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """``data`` at ``path`` via a temp sibling, fsync, rename and directory fsync: readers see the
+    old file or the whole new one (also used by ``sarl.datasets`` for local parquet files)."""
     tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
     try:
         with tmp.open("xb") as f:
