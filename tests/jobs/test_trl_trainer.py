@@ -11,14 +11,10 @@ import pytest
 pytest.importorskip("accelerate")
 pytest.importorskip("trl")
 
+from sarl.integrations.trl_cluster import accelerate_config, check_supported, cluster_overrides
 from sarl.runner.trl_config import trainer_classes, training_args
 from sarl.spec.experiment import Experiment
-from sarl_jobs.trl_trainer import (
-    accelerate_config,
-    check_supported,
-    cluster_overrides,
-    main,
-)
+from sarl_jobs.trl_trainer import main
 
 
 def experiment(preset: str, **spec: Any) -> Experiment:

@@ -180,6 +180,25 @@ def test_invalid_spec_is_permanent_error_naming_field() -> None:
     assert events[0][:2] == ("Warning", "PhaseFailed")
 
 
+def test_spec_the_trainer_refuses_fails_at_reconcile_naming_the_field() -> None:
+    """verl takes one reward term: refused before any child or run, not in a restarting pod."""
+    spec = copy.deepcopy(CASES["sarl-grpo-math"]()["spec"])
+    spec["reward"] = [{"name": "structure"}, {"name": "ground_truth", "weight": 0.5}]
+    api, events, tracker = FakeApi(), list[tuple[str, ...]](), FakeTracker()
+    patch: dict[str, Any] = {}
+    with pytest.raises(kopf.PermanentError, match=r"spec\.reward: the verl trainer"):
+        handlers.reconcile(
+            _body("sarl-grpo-math", spec),
+            patch,
+            api,
+            settings=SETTINGS,
+            post_event=lambda _obj, *event: events.append(event),
+            tracker_factory=lambda _uri: tracker,
+        )
+    assert api.writes == [] and tracker.calls == []
+    assert patch["status"]["phase"] == "Failed"
+
+
 def test_job_builder_protocol_is_pytorchjob() -> None:
     assert handlers.JOB_BUILDER.kind == builders.PyTorchJobBuilder().kind == "PyTorchJob"
 

@@ -3,6 +3,6 @@
 * :mod:`sarl_jobs.verl_trainer` — verl 0.9.1 (FSDP2, vLLM rollouts): PPO, GRPO, RLOO.
 * :mod:`sarl_jobs.trl_trainer` — TRL 1.x with accelerate FSDP2: GRPO, RLOO.
 
-Each is an importable ``main(cfg_path)``; the pure pieces (:mod:`sarl_jobs.verl_config`,
+Each is an importable ``main(cfg_path)``; the pure pieces (:mod:`sarl.integrations.verl.config`,
 :mod:`sarl_jobs.cluster`, :mod:`sarl_jobs.data`) import no trainer and are unit tested.
 """

@@ -3,7 +3,7 @@
 How: verl 0.9.1's v1 trainer instantiates ``trainer.checkpoint_callback_class`` on the driver
 (``verl/trainer/ppo/checkpoint_callback.py``) and calls ``on_save(trainer=, global_step=,
 checkpoint_dir=, async_save=)`` after each save, once ``latest_checkpointed_iteration.txt`` is
-written. :func:`sarl_jobs.verl_config.verl_overrides` names :class:`StoreCheckpointCallback`
+written. :func:`sarl.integrations.verl.config.verl_overrides` names :class:`StoreCheckpointCallback`
 there and puts the store settings under ``sarl.storage``. The driver runs on the Ray head (rank
 0), where verl's FSDP checkpoint managers write ``trainer.default_local_dir``; multi-node runs
 need that directory on shared storage (each rank writes its own shards), as verl itself requires.

@@ -10,7 +10,8 @@ extra (``pip install -e jobs[verl]``) and GPUs.
 * Rank 0 (``RANK`` from the PyTorchJob) starts the Ray head, waits until ``WORLD_SIZE`` nodes
   joined, writes the task's train/eval prompts as verl parquet files, builds the built-in model if
   the spec names it, composes verl's ``ppo_trainer.yaml`` with
-  :func:`sarl_jobs.verl_config.verl_overrides` and runs verl's ``main_ppo.main`` (the driver).
+  :func:`sarl.integrations.verl.config.verl_overrides` and runs verl's ``main_ppo.main``
+  (the driver).
 * Other ranks join with ``ray start --address=$MASTER_ADDR:6379 --block`` and live as long as the
   head; when the driver ends the head stops and the workers exit.
 * Resume: before the driver starts, :func:`sarl_jobs.resume.restore_verl` puts the store's
@@ -33,12 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sarl.integrations.verl.config import verl_overrides
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
 from sarl_jobs.cluster import ClusterEnv, ray_start_command
 from sarl_jobs.data import problems, verl_rows
 from sarl_jobs.resume import StoreSettings, restore_verl
-from sarl_jobs.verl_config import verl_overrides
 
 logger = logging.getLogger(__name__)
 _NODE_WAIT_S = 600.0

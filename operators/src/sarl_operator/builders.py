@@ -33,6 +33,7 @@ from typing import Any, Final, Protocol
 
 import yaml
 
+from sarl.integrations.cluster import chat_endpoints, fill_chat_urls
 from sarl.spec.experiment import Experiment
 
 CONFIG_DIR: Final = "/etc/sarl"
@@ -49,10 +50,6 @@ EXPERIMENT_LABEL: Final = "sarl.dev/experiment"
 _EMBEDDING_MODEL_NAME: Final = "embedding"
 _JUDGE_MODEL_NAME: Final = "judge"
 #: Chat endpoints per reward name: the settings keys that hold {url, model, ...}.
-_CHAT_ENDPOINTS: Final[Mapping[str, tuple[str, ...]]] = {
-    "structured_qa": ("judge_client",),
-    "rlkd": ("decomposer", "judge"),
-}
 
 
 @dataclass(frozen=True)
@@ -165,40 +162,12 @@ def judge_url(exp_name: str, namespace: str, platform: Platform = DEFAULT_PLATFO
     return f"http://{host}/openai"
 
 
-def _chat_endpoints(reward: list[Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(field path, endpoint dict) of every chat endpoint in raw ``spec.reward`` entries."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    for i, term in enumerate(reward):
-        if not isinstance(term, dict) or not isinstance(term.get("settings"), dict):
-            continue
-        settings = term["settings"]
-        if term.get("name") == "structured_qa" and settings.get("judge") is False:
-            continue  # R_verif only: the judge endpoint is not called
-        for key in _CHAT_ENDPOINTS.get(str(term.get("name")), ()):
-            endpoint = settings.get(key)
-            if isinstance(endpoint, dict):
-                out.append((f"spec.reward[{i}].settings.{key}", endpoint))
-    return out
-
-
 def fill_judge_urls(
     spec: Mapping[str, Any], exp_name: str, namespace: str, platform: Platform = DEFAULT_PLATFORM
 ) -> dict[str, Any]:
     """A copy of the raw ``spec`` (preset applied) in which each chat endpoint with a model and
     no url gets :func:`judge_url`; an unknown preset is left for validation to report."""
-    from sarl.spec.presets import deep_merge, preset
-
-    out = copy.deepcopy(dict(spec))
-    if out.get("preset"):
-        try:
-            out = deep_merge(preset(str(out["preset"])), out)
-        except (KeyError, ValueError):
-            return copy.deepcopy(dict(spec))
-    reward = out.get("reward")
-    for _, endpoint in _chat_endpoints(reward if isinstance(reward, list) else []):
-        if endpoint.get("model") and not endpoint.get("url"):
-            endpoint["url"] = judge_url(exp_name, namespace, platform)
-    return out
+    return fill_chat_urls(spec, judge_url(exp_name, namespace, platform))
 
 
 def served_judges(
@@ -209,7 +178,7 @@ def served_judges(
     reward = [term.model_dump(mode="json") for term in exp.spec.reward]
     return [
         (path, str(endpoint["model"]))
-        for path, endpoint in _chat_endpoints(reward)
+        for path, endpoint in chat_endpoints(reward)
         if endpoint.get("url") == url and endpoint.get("model")
     ]
 
@@ -226,7 +195,7 @@ def rendered_spec(
         emb["model"] = _EMBEDDING_MODEL_NAME
     # The served judge answers to its --model_name, not to the Hugging Face id.
     judge = judge_url(exp.name, namespace, platform)
-    for _, endpoint in _chat_endpoints(doc["spec"]["reward"]):
+    for _, endpoint in chat_endpoints(doc["spec"]["reward"]):
         if endpoint.get("url") == judge:
             endpoint["model"] = _JUDGE_MODEL_NAME
     return doc

@@ -33,6 +33,7 @@ from typing import Any, Final, Protocol
 
 import kopf
 
+from sarl.integrations.cluster import check_cluster
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
 from sarl_operator import builders, evaluation
@@ -219,6 +220,7 @@ def reconcile(
     platform = settings.platform
     try:
         exp = experiment_from_body(body, platform)
+        check_cluster(exp)  # what the trainer would refuse fails here, not in a restarting pod
         services = [
             builders.configmap(exp, namespace, platform),
             *builders.inference_services(exp, namespace, platform),

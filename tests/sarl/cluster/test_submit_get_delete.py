@@ -95,6 +95,27 @@ def test_invalid_spec_never_reaches_the_api(
     assert server.objects(EXPERIMENTS, ns) == {}
 
 
+def test_what_the_trainer_would_refuse_never_reaches_the_api(
+    client: ClusterClient, server: KubeServer, ns: str
+) -> None:
+    two_terms = experiment_doc("two", reward=[{"name": "structure"}, {"name": "ground_truth"}])
+    with pytest.raises(SpecError, match=r"spec\.reward: the verl trainer takes exactly one"):
+        client.submit(two_terms)
+    assert server.objects(EXPERIMENTS, ns) == {}
+
+
+def test_a_judge_without_url_is_left_for_the_operator_to_serve(
+    client: ClusterClient, server: KubeServer, ns: str
+) -> None:
+    judge = {"name": "structured_qa", "settings": {"judge_client": {"model": "Qwen/Qwen3-8B"}}}
+    with pytest.raises(SpecError, match="judge_client"):
+        load_experiment(experiment_doc("judge", reward=[judge]))  # the reward alone refuses it
+    client.submit(experiment_doc("judge", reward=[judge]))
+    stored = server.objects(EXPERIMENTS, ns)["judge"]["spec"]["reward"][0]["settings"]
+    assert stored["judge_client"]["model"] == "Qwen/Qwen3-8B"
+    assert not stored["judge_client"].get("url")  # the operator fills in its own service
+
+
 def test_namespace_in_the_document_conflicting_with_the_argument_is_an_error(
     client: ClusterClient, server: KubeServer, ns: str
 ) -> None:

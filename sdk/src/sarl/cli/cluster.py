@@ -131,11 +131,11 @@ def submit_command(
     context: ContextOpt = None,
 ) -> None:
     """Validate an Experiment and create it on the cluster (the operator runs it)."""
+    from sarl.cluster.client import load_for_cluster
     from sarl.cluster.errors import AlreadyExists
-    from sarl.spec.loader import load_experiment
 
     with _errors():
-        exp = load_experiment(experiment)  # invalid → exit 2 before any connection
+        exp, _ = load_for_cluster(experiment)  # invalid → exit 2 before any connection
         client = _client(kubeconfig, context, namespace)
         try:
             info, action = client.submit(exp, namespace=namespace), "created"

@@ -38,7 +38,7 @@ from sarl.cluster.errors import (
 )
 from sarl.cluster.models import PHASES, TERMINAL_PHASES, ExperimentInfo, ExperimentStatus
 from sarl.spec.experiment import API_VERSION, KIND, Experiment
-from sarl.spec.loader import SpecError, load_experiment
+from sarl.spec.loader import SpecError, load_document, validate_document
 
 GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
@@ -51,9 +51,42 @@ ExperimentSource = Experiment | dict[str, Any] | str | Path
 OnPoll = Callable[[ExperimentInfo], None]
 
 
-def experiment_body(exp: Experiment, namespace: str) -> dict[str, Any]:
+#: Stands in for the URL of a chat endpoint the operator will serve, during local validation.
+_SERVED: Final = "http://served-by-the-sarl-operator.invalid/openai"
+
+
+def load_for_cluster(source: ExperimentSource) -> tuple[Experiment, dict[str, Any]]:
+    """Validate ``source`` as the operator will (``SpecError`` naming the field) and return it
+    with the spec to store. Chat endpoints given with a model and no URL count as served by the
+    operator (validated with a stand-in URL, stored without one so the operator fills in its
+    own), and the chosen trainer must accept the spec
+    (:func:`sarl.integrations.cluster.check_cluster`)."""
+    from sarl.integrations.cluster import chat_endpoints, check_cluster, fill_chat_urls
+
+    if isinstance(source, Experiment):
+        exp = source
+    else:
+        data, label = load_document(source)
+        spec = data.get("spec")
+        filled = {**data, "spec": fill_chat_urls(spec, _SERVED)} if isinstance(spec, dict) else data
+        exp = validate_document(filled, label)
+    try:
+        check_cluster(exp)
+    except ValueError as e:
+        raise SpecError(str(e)) from e
+    stored = exp.spec.model_dump(mode="json")
+    for _, endpoint in chat_endpoints(stored["reward"]):
+        if endpoint.get("url") == _SERVED:
+            del endpoint["url"]
+    return exp, stored
+
+
+def experiment_body(
+    exp: Experiment, namespace: str, spec: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The custom object for ``exp``: the spec as validated, presets applied, so what the
-    cluster stores is exactly what was checked here (the operator re-validates it)."""
+    cluster stores is exactly what was checked here (the operator re-validates it); ``spec``
+    (from :func:`load_for_cluster`) replaces the dump."""
     meta: dict[str, Any] = {"name": exp.name, "namespace": namespace}
     if exp.metadata.labels:
         meta["labels"] = dict(exp.metadata.labels)
@@ -61,7 +94,7 @@ def experiment_body(exp: Experiment, namespace: str) -> dict[str, Any]:
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": meta,
-        "spec": exp.spec.model_dump(mode="json"),
+        "spec": spec if spec is not None else exp.spec.model_dump(mode="json"),
     }
 
 
@@ -141,7 +174,7 @@ class ClusterClient:
         An existing Experiment of that name → ``AlreadyExists``, or with ``replace=True`` its
         spec is replaced (:meth:`replace`) and the operator reconciles the new spec.
         """
-        exp = load_experiment(experiment)
+        exp, spec = load_for_cluster(experiment)
         ns = self._submit_namespace(exp, namespace)
         self._require_crd()
         try:
@@ -152,7 +185,7 @@ class ClusterClient:
                     VERSION,
                     ns,
                     PLURAL,
-                    experiment_body(exp, ns),
+                    experiment_body(exp, ns, spec),
                 )
         except AlreadyExists:
             if not replace:
@@ -169,10 +202,10 @@ class ClusterClient:
         are set to null, i.e. removed), carrying the stored ``resourceVersion``: a concurrent
         change fails with ``Rejected`` instead of being overwritten. ``status`` is untouched.
         """
-        exp = load_experiment(experiment)
+        exp, spec = load_for_cluster(experiment)
         ns = self._submit_namespace(exp, namespace)
         current = self._get_object(exp.name, ns)
-        body = experiment_body(exp, ns)
+        body = experiment_body(exp, ns, spec)
         meta = current.get("metadata") or {}
         patch: dict[str, Any] = {
             "metadata": {"resourceVersion": meta.get("resourceVersion")},

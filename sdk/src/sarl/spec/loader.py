@@ -46,6 +46,12 @@ def load_experiment(source: str | Path | dict[str, Any] | Experiment) -> Experim
     """Validate an Experiment from a YAML path, YAML text, a dict or an Experiment."""
     if isinstance(source, Experiment):
         return source
+    data, label = load_document(source)
+    return validate_document(data, label)
+
+
+def load_document(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The raw document (not validated) and a label for messages (the file name, or empty)."""
     label = ""
     if isinstance(source, Path) or (
         isinstance(source, str)
@@ -66,6 +72,11 @@ def load_experiment(source: str | Path | dict[str, Any] | Experiment) -> Experim
             f"{label or 'document'}: expected a mapping with apiVersion, kind, "
             f"metadata and spec, got {type(data).__name__}"
         )
+    return data, label
+
+
+def validate_document(data: dict[str, Any], label: str = "") -> Experiment:
+    """Validate a raw document; SpecError with one line naming the field and value."""
     try:
         return Experiment.model_validate(data)
     except ValidationError as e:

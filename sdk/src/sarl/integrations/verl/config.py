@@ -1,8 +1,9 @@
 """Experiment spec -> verl 0.9.1 Hydra overrides of ``verl/trainer/config/ppo_trainer.yaml``.
 
-Called by :mod:`sarl_jobs.verl_trainer` (and the operator, to show the overrides of a job). Pure:
-imports neither verl nor Hydra. Every key is checked against verl 0.9.1's own config by
-``tests/jobs/test_verl_config.py``, which composes the result. The mapping:
+Called by ``sarl_jobs.verl_trainer`` (the job) and by :mod:`sarl.integrations.cluster` (the
+operator and ``sarl submit`` check a spec with it before anything runs). Pure: imports neither
+verl nor Hydra. Every key is checked against verl 0.9.1's own config by
+``tests/sarl/integrations/test_verl_config.py``, which composes the result. The mapping:
 
 * ``algorithm.name`` -> ``algorithm.adv_estimator`` (:data:`ADV_ESTIMATORS`, names of verl's
   ``AdvantageEstimator``); PPO adds the critic (verl enables it for ``gae``).

@@ -19,12 +19,12 @@ from verl.trainer.ppo.utils import need_critic, need_reference_policy  # noqa: E
 from verl.utils.config import validate_config  # noqa: E402
 
 from sarl.integrations.verl.compute_score import compute_score  # noqa: E402
+from sarl.integrations.verl.config import ADV_ESTIMATORS, verl_overrides  # noqa: E402
 from sarl.rewards.base import Reward, RewardOutput, Sample  # noqa: E402
 from sarl.rewards.registry import register_reward  # noqa: E402
 from sarl.spec.experiment import Experiment  # noqa: E402
 from sarl.spec.presets import PRESETS  # noqa: E402
 from sarl_jobs.checkpoints import StoreCheckpointCallback  # noqa: E402
-from sarl_jobs.verl_config import ADV_ESTIMATORS, verl_overrides  # noqa: E402
 
 VERL_CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 

@@ -1,0 +1,89 @@
+"""Spec -> the TRL cluster job's settings: accelerate's FSDP2 config and the cluster batch layout.
+
+Called by ``sarl_jobs.trl_trainer`` (the job) and by :mod:`sarl.integrations.cluster` (the
+operator and ``sarl submit`` check a spec with it before anything runs). Pure: imports neither
+TRL nor accelerate; the local mapping it builds on is ``sarl.runner.trl_config``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sarl.spec.experiment import Experiment
+
+SUPPORTED = ("grpo", "rloo")
+_MIXED_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "no"}
+
+
+def check_supported(exp: Experiment) -> None:
+    """Raise ValueError for algorithms TRL does not train here (PPO)."""
+    name = exp.spec.algorithm.name
+    if name not in SUPPORTED:
+        raise ValueError(
+            f"spec.algorithm.name={name!r}: the TRL trainer runs {' and '.join(SUPPORTED)} only; "
+            "PPO (GAE with a critic) runs with the verl trainer (sarl_jobs.verl_trainer)"
+        )
+
+
+def accelerate_config(exp: Experiment) -> dict[str, Any]:
+    """accelerate's config file (as written by ``accelerate config``) for FSDP2 on the spec's
+    nodes and GPUs; ``machine_rank`` and the main process address are passed at launch."""
+    res = exp.spec.resources
+    return {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": "FSDP",
+        "mixed_precision": _MIXED_PRECISION[exp.spec.model.dtype],
+        "num_machines": res.nodes,
+        "num_processes": res.nodes * res.gpus_per_node,
+        "machine_rank": 0,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "main_training_function": "main",
+        "use_cpu": False,
+        "fsdp_config": {
+            "fsdp_version": 2,
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_cpu_ram_efficient_loading": True,
+            "fsdp_offload_params": False,
+            "fsdp_reshard_after_forward": True,
+            # One file set on rank 0, so the checkpoint upload needs no shared filesystem.
+            "fsdp_state_dict_type": "FULL_STATE_DICT",
+            "fsdp_activation_checkpointing": True,
+        },
+    }
+
+
+def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
+    """Training arguments that differ from the local mapping on a GPU cluster.
+
+    TRL counts completions per device and forward pass (``micro_batch_size_per_gpu``); one
+    generation batch (``train_batch_size`` prompts) is ``steps_per_generation`` forward passes on
+    every GPU, and an optimizer step (``mini_batch_size`` prompts) every
+    ``gradient_accumulation_steps`` of them, as verl's mini-batches.
+    """
+    algo = exp.spec.algorithm
+    n = algo.rollouts_per_prompt
+    per_step = algo.micro_batch_size_per_gpu * world_size  # completions per forward, all GPUs
+    if (algo.mini_batch_size * n) % per_step or algo.train_batch_size % algo.mini_batch_size:
+        raise ValueError(
+            f"spec.algorithm: mini_batch_size * rollouts_per_prompt ({algo.mini_batch_size * n}) "
+            f"must be a multiple of micro_batch_size_per_gpu * GPUs ({per_step}), and "
+            f"train_batch_size ({algo.train_batch_size}) a multiple of mini_batch_size"
+        )
+    storage, dtype = exp.spec.storage, exp.spec.model.dtype
+    return {
+        "per_device_train_batch_size": algo.micro_batch_size_per_gpu,
+        "gradient_accumulation_steps": algo.mini_batch_size * n // per_step,
+        "steps_per_generation": algo.train_batch_size * n // per_step,
+        # Derived from the two above; the local config's value would conflict with them.
+        "generation_batch_size": None,
+        "use_cpu": False,
+        "bf16": dtype == "bfloat16",
+        "fp16": dtype == "float16",
+        "save_strategy": "steps",
+        "save_steps": storage.every_n_steps,
+        "save_total_limit": storage.keep_last,
+        "report_to": ["mlflow"],
+        "run_name": exp.name,
+        "disable_tqdm": True,
+    }

@@ -1,0 +1,68 @@
+"""sarl.integrations.cluster: the trainers' own mappings refuse, before any job, what the job
+would refuse; chat endpoints without a URL are filled for the operator to serve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sarl.integrations.cluster import chat_endpoints, check_cluster, fill_chat_urls
+from sarl.spec.experiment import Experiment
+from sarl.spec.presets import PRESETS
+
+
+def experiment(preset: str, **spec: Any) -> Experiment:
+    return Experiment.model_validate(
+        {"metadata": {"name": "job"}, "spec": {"preset": preset, **spec}}
+    )
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_runs_on_its_default_backend(preset: str) -> None:
+    check_cluster(experiment(preset))
+
+
+def test_verl_refuses_several_reward_terms_naming_the_field() -> None:
+    exp = experiment(
+        "paper-grpo-math", reward=[{"name": "structure"}, {"name": "ground_truth", "weight": 0.5}]
+    )
+    with pytest.raises(ValueError, match=r"spec\.reward: the verl trainer takes exactly one"):
+        check_cluster(exp)
+
+
+def test_trl_checks_the_cluster_batch_layout() -> None:
+    exp = experiment(
+        "paper-grpo-math",
+        resources={"backend": "trl", "gpus_per_node": 8},
+        algorithm={"micro_batch_size_per_gpu": 3},
+    )
+    with pytest.raises(ValueError, match="micro_batch_size_per_gpu"):
+        check_cluster(exp)
+    # Several weighted rewards are fine for TRL (it sums them).
+    check_cluster(
+        experiment(
+            "paper-grpo-math",
+            resources={"backend": "trl"},
+            reward=[{"name": "structure"}, {"name": "ground_truth", "weight": 0.5}],
+        )
+    )
+
+
+def test_fill_chat_urls_fills_only_endpoints_with_a_model_and_no_url() -> None:
+    spec = {
+        "preset": "paper-grpo-math",
+        "reward": [
+            {"name": "structured_qa", "settings": {"judge_client": {"model": "judge-8b"}}},
+            {"name": "rlkd", "settings": {"decomposer": {"model": "m", "url": "http://mine"}}},
+            {"name": "structured_qa", "settings": {"judge": False, "judge_client": {"model": "x"}}},
+        ],
+    }
+    out = fill_chat_urls(spec, "http://served")
+    endpoints = dict(chat_endpoints(out["reward"]))
+    assert endpoints["spec.reward[0].settings.judge_client"]["url"] == "http://served"
+    assert endpoints["spec.reward[1].settings.decomposer"]["url"] == "http://mine"
+    assert "spec.reward[2].settings.judge_client" not in endpoints  # judge off: not called
+    assert "url" not in spec["reward"][0]["settings"]["judge_client"]  # the input is untouched
+    assert out["algorithm"]["rollouts_per_prompt"] == 8  # the preset is applied
+    assert fill_chat_urls({"preset": "nope"}, "http://x") == {"preset": "nope"}
