@@ -111,6 +111,11 @@ def test_logs_delete_and_not_found(
     nopod = sarl("logs", "cli-exp")
     assert nopod.exit_code == 1
     _one_error_line(nopod, "no master pod (index 0) of experiment cli-exp")
+    waited = sarl("logs", "cli-exp", "-f", "--pod-timeout", "0.3")
+    assert waited.exit_code == 1
+    said = waited.stderr.strip().splitlines()
+    assert said[0] == "waiting for the master pod of cli-exp (phase: -)"  # once per phase
+    assert len(said) == 2 and said[1].startswith("error: no master pod"), waited.stderr
     from kubernetes import client, config
 
     api = config.new_client_from_config(config_file=str(kubeconfig))

@@ -102,3 +102,46 @@ def test_no_pod_yet_names_the_phase(client: ClusterClient, server: KubeServer, n
 def test_logs_of_an_unknown_experiment(client: ClusterClient) -> None:
     with pytest.raises(ExperimentNotFound):
         client.logs("nobody")
+
+
+def test_wait_for_the_pod_to_start_then_read(
+    client: ClusterClient, server: KubeServer, kubeconfig: Any, ns: str
+) -> None:
+    """Right after submit there is no pod: with ``wait`` the client polls until the Training
+    Operator's pod exists and left Pending (a thread plays the cluster)."""
+    import threading
+
+    client.submit(experiment_doc("late"))
+    set_status(server, ns, "late", {"phase": "Pending"})
+    seen: list[str | None] = []
+
+    def cluster() -> None:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        core = k8s.CoreV1Api(api)
+        body = {
+            "metadata": {"name": "late-master-0", "labels": _operator_labels("late", "master", 0)},
+            "spec": {"containers": [{"name": "pytorch"}]},
+            "status": {"phase": "Pending"},
+        }
+        core.create_namespaced_pod(ns, body)
+        server.set_log(ns, "late-master-0", "started\n")
+        threading.Event().wait(0.5)
+        core.patch_namespaced_pod("late-master-0", ns, {"status": {"phase": "Running"}})
+
+    timer = threading.Timer(0.5, cluster)
+    timer.start()
+    try:
+        lines = list(client.logs("late", wait=30, poll=0.1, on_wait=lambda i: seen.append(i.phase)))
+    finally:
+        timer.join()
+    assert lines == ["started"]
+    assert seen and set(seen) == {"Pending"}
+
+
+def test_wait_gives_up_when_the_experiment_ended_without_a_pod(
+    client: ClusterClient, server: KubeServer, ns: str
+) -> None:
+    client.submit(experiment_doc("gone"))
+    set_status(server, ns, "gone", {"phase": "Failed"})
+    with pytest.raises(NoPod, match=r"phase: Failed"):
+        client.logs("gone", wait=30, poll=0.1)

@@ -184,20 +184,48 @@ def logs_command(
         Replica.master
     ),
     index: Annotated[int, typer.Option("--index", help="Replica index.", min=0)] = 0,
+    pod_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--pod-timeout",
+            help="Seconds to wait for the pod to start (default: 600 with -f, else 0).",
+            min=0,
+        ),
+    ] = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
     """Print the training pod's log (the PyTorchJob's master by default)."""
     with _errors():
         client = _client(kubeconfig, context, namespace)
+        wait = pod_timeout if pod_timeout is not None else (600.0 if follow else 0.0)
         lines = client.logs(
-            name, namespace=namespace, follow=follow, tail=tail, replica=replica.value, index=index
+            name,
+            namespace=namespace,
+            follow=follow,
+            tail=tail,
+            replica=replica.value,
+            index=index,
+            wait=wait,
+            on_wait=_say_phase_changes(f"waiting for the {replica.value} pod of {name}"),
         )
         try:
             for line in lines:
                 typer.echo(line)
         except KeyboardInterrupt:
             raise typer.Exit(code=130) from None
+
+
+def _say_phase_changes(what: str) -> Callable[[ExperimentInfo], None]:
+    """An ``on_wait`` callback printing ``what`` and the phase once per phase (to stderr)."""
+    seen: list[str | None] = []
+
+    def say(info: ExperimentInfo) -> None:
+        if not seen or seen[-1] != info.phase:
+            seen.append(info.phase)
+            typer.echo(f"{what} (phase: {info.phase or '-'})", err=True)
+
+    return say
 
 
 def delete_command(

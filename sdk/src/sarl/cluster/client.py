@@ -340,69 +340,39 @@ class ClusterClient:
         tail: int | None = None,
         replica: str = "master",
         index: int = 0,
+        wait: float = 0.0,
+        poll: float = 2.0,
+        on_wait: OnPoll | None = None,
     ) -> Iterator[str]:
         """Lines of the log of the training pod (``replica`` #``index`` of the PyTorchJob).
 
-        The pod is looked up now (``NoPod`` with the Experiment's phase if there is none
-        yet); the lines are read as the iterator is consumed. ``follow`` keeps streaming
+        The pod is looked up now; with ``wait`` > 0 for up to ``wait`` seconds until it exists
+        and left ``Pending`` (``on_wait`` is called with the Experiment at each poll), e.g. right
+        after ``submit``. No pod by then, or the Experiment ended without one → ``NoPod`` with
+        its phase. The lines are read as the iterator is consumed; ``follow`` keeps streaming
         until the container ends (no read timeout then; interrupt to stop).
         """
         ns = self._ns(namespace)
-        info = self.get(name, namespace=ns)
-        pod = self._find_pod(name, ns, replica, index)
-        if pod is None:
-            raise NoPod(
-                f"no {replica} pod (index {index}) of experiment {name} in namespace {ns} yet "
-                f"(phase: {info.phase or 'not picked up by the operator yet'})"
-            )
-        return self._log_lines(pod, ns, follow=follow, tail=tail)
-
-    def _find_pod(self, job: str, ns: str, replica: str, index: int) -> Any | None:
-        by_operator = pods.operator_selector(job, replica, index)
-        candidates = pods.matching(self._list_pods(ns, by_operator), by_operator)
-        if candidates:
-            return pods.choose(candidates, [], job, replica, index)
-        by_sarl = pods.sarl_selector(job)
-        return pods.choose(
-            [], pods.matching(self._list_pods(ns, by_sarl), by_sarl), job, replica, index
-        )
-
-    def _list_pods(self, ns: str, labels: dict[str, str]) -> builtins.list[Any]:
-        from kubernetes import client
-
-        core = client.CoreV1Api(self._conn.api)
-        with self._translate(Target("list", ns, resource="pods")):
-            found = self._conn.call(
-                core.list_namespaced_pod, ns, label_selector=pods.selector_text(labels), read=True
-            )
-        return builtins.list(found.items or [])
-
-    def _log_lines(self, pod: Any, ns: str, *, follow: bool, tail: int | None) -> Iterator[str]:
-        from kubernetes import client
-
-        core = client.CoreV1Api(self._conn.api)
-        name = pod.metadata.name
-        target = Target("read logs of", ns, name, resource="pods")
-        kwargs: dict[str, Any] = {"follow": follow, "_preload_content": False}
-        if tail is not None:
-            kwargs["tail_lines"] = tail
-        container = pods.container_of(pod)
-        if container:
-            kwargs["container"] = container
-        if follow:  # a training pod may print nothing for minutes: no read timeout
-            kwargs["_request_timeout"] = (self._conn.timeout[0], None)
-        with self._translate(target):
-            resp = self._conn.call(core.read_namespaced_pod_log, name, ns, read=True, **kwargs)
-        return self._stream(resp, target)
-
-    def _stream(self, resp: Any, target: Target) -> Iterator[str]:
-        try:
-            with self._translate(target):
-                yield from pods.lines(resp.stream(8192))
-        finally:
-            resp.release_conn()
+        deadline = time.monotonic() + wait
+        while True:
+            info = self.get(name, namespace=ns)
+            pod = self._pods().find(name, ns, replica, index)
+            if pod is not None and (wait <= 0 or pods.started(pod)):
+                return self._pods().lines(pod, ns, follow=follow, tail=tail)
+            ended = info.phase in TERMINAL_PHASES and pod is None
+            if wait <= 0 or ended or time.monotonic() >= deadline:
+                raise NoPod(
+                    f"no {replica} pod (index {index}) of experiment {name} in namespace {ns} "
+                    f"yet (phase: {info.phase or 'not picked up by the operator yet'})"
+                )
+            if on_wait is not None:
+                on_wait(info)
+            time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
     # ---- internals ----
+
+    def _pods(self) -> pods.PodLogs:
+        return pods.PodLogs(self._conn, self._translate)
 
     def _ns(self, namespace: str | None) -> str:
         return namespace or self._conn.namespace

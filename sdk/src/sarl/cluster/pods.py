@@ -15,8 +15,14 @@ nothing and keeps the choice right where a server ignores selectors (the test se
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Final
+
+from sarl.cluster.errors import Target
+
+if TYPE_CHECKING:
+    from sarl.cluster.connection import Connection
 
 JOB_NAME_LABEL: Final = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
@@ -75,6 +81,13 @@ def _newest(pods: list[Any]) -> Any:
     return max(pods, key=created)
 
 
+def started(pod: Any) -> bool:
+    """Whether the pod's containers were started (its log can be read): past ``Pending``. A pod
+    without a reported phase counts as started (the API server always reports one)."""
+    phase = getattr(pod.status, "phase", None) if pod.status is not None else None
+    return phase != "Pending"
+
+
 def container_of(pod: Any) -> str | None:
     """The container to read: ``pytorch`` when the pod has several, else the only one."""
     names = [c.name for c in (pod.spec.containers or [])] if pod.spec else []
@@ -97,3 +110,59 @@ def lines(chunks: Iterable[bytes]) -> Iterator[str]:
     pending += decoder.decode(b"", final=True)
     if pending:
         yield pending
+
+
+class PodLogs:
+    """Finds the training pod and streams its log through the client's connection;
+    ``translate`` turns API exceptions into ``ClusterError``s (the client's own mapping)."""
+
+    def __init__(
+        self, conn: Connection, translate: Callable[[Target], AbstractContextManager[None]]
+    ) -> None:
+        self._conn = conn
+        self._translate = translate
+
+    def find(self, job: str, ns: str, replica: str, index: int) -> Any | None:
+        """The pod to read (see :func:`choose`), or None when there is none yet."""
+        by_operator = operator_selector(job, replica, index)
+        candidates = matching(self._list(ns, by_operator), by_operator)
+        if candidates:
+            return choose(candidates, [], job, replica, index)
+        by_sarl = sarl_selector(job)
+        return choose([], matching(self._list(ns, by_sarl), by_sarl), job, replica, index)
+
+    def _list(self, ns: str, labels: dict[str, str]) -> list[Any]:
+        from kubernetes import client
+
+        core = client.CoreV1Api(self._conn.api)
+        with self._translate(Target("list", ns, resource="pods")):
+            found = self._conn.call(
+                core.list_namespaced_pod, ns, label_selector=selector_text(labels), read=True
+            )
+        return list(found.items or [])
+
+    def lines(self, pod: Any, ns: str, *, follow: bool, tail: int | None) -> Iterator[str]:
+        """The request is made now (errors raise here); lines are read as they are consumed."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(self._conn.api)
+        name = pod.metadata.name
+        target = Target("read logs of", ns, name, resource="pods")
+        kwargs: dict[str, Any] = {"follow": follow, "_preload_content": False}
+        if tail is not None:
+            kwargs["tail_lines"] = tail
+        container = container_of(pod)
+        if container:
+            kwargs["container"] = container
+        if follow:  # a training pod may print nothing for minutes: no read timeout
+            kwargs["_request_timeout"] = (self._conn.timeout[0], None)
+        with self._translate(target):
+            resp = self._conn.call(core.read_namespaced_pod_log, name, ns, read=True, **kwargs)
+        return self._stream(resp, target)
+
+    def _stream(self, resp: Any, target: Target) -> Iterator[str]:
+        try:
+            with self._translate(target):
+                yield from lines(resp.stream(8192))
+        finally:
+            resp.release_conn()
