@@ -13,7 +13,7 @@ TORCH := torch==2.13.0
 PIP_FLAGS := --disable-pip-version-check --progress-bar off -q
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-main setup-verl demo demo-traces test test-main test-verl bench lint format generate check-generated clean
+.PHONY: images help setup setup-main setup-verl demo demo-traces test test-main test-verl bench lint format generate check-generated clean
 
 help: ## List targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -75,6 +75,13 @@ check-generated: setup-main ## Fail if generated files are out of date
 	$(PY) -m sarl.schemas.generate --check
 	$(PY) tests/charts/regenerate_golden.py --check
 	$(PY) tests/operators/regenerate_golden.py --check
+
+images: ## Build the container images with Docker (services, operator, verl and TRL trainers)
+	docker build -f services/embedding/Dockerfile -t sarl-embedding .
+	docker build -f services/reward/Dockerfile -t sarl-reward .
+	docker build -f operators/Dockerfile -t sarl-operator .
+	docker build -f jobs/docker/verl.Dockerfile -t sarl-verl .
+	docker build -f jobs/docker/trl.Dockerfile -t sarl-trl .
 
 clean: ## Remove environments and outputs
 	rm -rf $(VENV) $(VENV_VERL) out .pytest_cache .mypy_cache .ruff_cache

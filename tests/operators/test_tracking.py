@@ -29,6 +29,7 @@ from sarl_operator.tracking import (
         ([{"key": "kl", "value": 0.1, "step": 3}], None),
         ([{"key": "reward/mean", "value": 0.5, "step": 3}], Progress(3, 0.5)),
         ([{"key": "critic/score/mean", "value": 0.2, "step": 9}], Progress(9, 0.2)),
+        ([{"key": "reward", "value": 0.4, "step": 2}], Progress(2, 0.4)),  # the TRL backend
         (
             [
                 {"key": "critic/score/mean", "value": 0.2, "step": 9},

@@ -37,8 +37,10 @@ EXPERIMENT_TAG: Final = "sarl.dev/experiment"
 NAMESPACE_TAG: Final = "sarl.dev/namespace"
 #: verl's own mean sequence score, for runs whose trainer does not log REWARD_MEAN.
 VERL_SCORE_MEAN: Final = "critic/score/mean"
+#: TRL's mean reward (GRPO/RLOO log it as ``reward``; transformers' MLflow callback passes it on).
+TRL_REWARD_MEAN: Final = "reward"
 #: Reward metrics in order of preference for lastStep/lastReward.
-REWARD_METRICS: Final = (REWARD_MEAN, VERL_SCORE_MEAN)
+REWARD_METRICS: Final = (REWARD_MEAN, VERL_SCORE_MEAN, TRL_REWARD_MEAN)
 _API: Final = "/api/2.0/mlflow"
 
 
