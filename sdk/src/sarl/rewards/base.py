@@ -43,14 +43,16 @@ class Reward(ABC):
     Settings: ClassVar[type[BaseModel]]
     #: True when a sample's score depends on its siblings (the adapters must keep groups whole).
     needs_group: ClassVar[bool] = False
+    #: Keys of ``RewardOutput.components``, fixed for this reward.
+    components: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, settings: BaseModel) -> None:
         self.settings = settings
 
     @property
-    @abstractmethod
     def component_keys(self) -> tuple[str, ...]:
-        """Keys of ``RewardOutput.components``, fixed for this reward."""
+        """Keys of ``RewardOutput.components``, fixed for this reward (:attr:`components`)."""
+        return self.components
 
     @abstractmethod
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
@@ -68,3 +70,28 @@ class Reward(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook; most rewards hold no resources
         """Release pools and clients. Idempotent."""
+
+
+class PerGroupReward(Reward):
+    """A reward that scores each group on its own: subclasses implement :meth:`score_group`."""
+
+    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
+        return [self.score_group(group, g) for g, group in enumerate(groups)]
+
+    @abstractmethod
+    def score_group(self, group: Sequence[Sample], index: int) -> list[RewardOutput]:
+        """Scores of one group (``index``: its place in the batch, for error messages)."""
+
+
+class PerSampleReward(Reward):
+    """A reward that scores each sample on its own: subclasses implement :meth:`score_sample`."""
+
+    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
+        return [
+            [self.score_sample(sample, (g, i)) for i, sample in enumerate(group)]
+            for g, group in enumerate(groups)
+        ]
+
+    @abstractmethod
+    def score_sample(self, sample: Sample, where: tuple[int, int]) -> RewardOutput:
+        """Score of one sample; ``where`` = (group, index in group), for error messages."""

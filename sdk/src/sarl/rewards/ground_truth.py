@@ -7,11 +7,9 @@ per-sample reward; extraction and equivalence rules are in ``sarl.rewards.math_a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pydantic import BaseModel, ConfigDict, Field
 
-from sarl.rewards.base import Reward, RewardOutput, Sample
+from sarl.rewards.base import PerSampleReward, RewardOutput, Sample
 from sarl.rewards.math_answer import answers_equal, extract_answer
 from sarl.rewards.registry import register_reward
 
@@ -31,7 +29,7 @@ class GroundTruthRewardSettings(BaseModel):
 
 
 @register_reward
-class GroundTruthReward(Reward):
+class GroundTruthReward(PerSampleReward):
     """Correctness of the last ``\\boxed{}`` answer against ``Sample.ground_truth``.
 
     A ground truth that itself contains ``\\boxed{}`` (e.g. a full MATH solution) is reduced to
@@ -40,22 +38,13 @@ class GroundTruthReward(Reward):
 
     name = "ground_truth"
     Settings = GroundTruthRewardSettings
+    components = COMPONENT_KEYS
 
     def __init__(self, settings: GroundTruthRewardSettings) -> None:
         super().__init__(settings)
         self._settings = settings
 
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
-
-    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
-        return [
-            [self._score(sample, (g, i)) for i, sample in enumerate(group)]
-            for g, group in enumerate(groups)
-        ]
-
-    def _score(self, sample: Sample, where: tuple[int, int]) -> RewardOutput:
+    def score_sample(self, sample: Sample, where: tuple[int, int]) -> RewardOutput:
         if sample.ground_truth is None:
             raise ValueError(
                 f"reward 'ground_truth': sample {where[1]} of group {where[0]} "

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sarl.rewards.base import Reward, RewardOutput, Sample
+from sarl.rewards.base import PerGroupReward, RewardOutput, Sample
 from sarl.rewards.baselines.answer_clusters import Equal, cluster_answers, cluster_sizes
 from sarl.rewards.math_answer import answers_equal, extract_answer
 from sarl.rewards.registry import register_reward
@@ -82,29 +82,23 @@ def semantic_clusters(
 
 
 @register_reward
-class EMPOReward(Reward):
+class EMPOReward(PerGroupReward):
     """Each response scores the frequency of its answer's cluster in the group."""
 
     name = "empo"
     Settings = EMPORewardSettings
+    components = COMPONENT_KEYS
     needs_group = True
 
     def __init__(self, settings: EMPORewardSettings) -> None:
         super().__init__(settings)
         self._settings = settings
 
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
-
-    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
-        return [self._score_group(group) for group in groups]
-
     def _gated(self, entropy: float) -> bool:
         lo, hi = self._settings.entropy_min, self._settings.entropy_max
         return (lo is not None and entropy <= lo) or (hi is not None and entropy >= hi)
 
-    def _score_group(self, group: Sequence[Sample]) -> list[RewardOutput]:
+    def score_group(self, group: Sequence[Sample], index: int) -> list[RewardOutput]:
         if not group:
             return []
         answers = [extract_answer(s.response) for s in group]

@@ -29,12 +29,11 @@ whitespace-separated words, and ``max_length`` must be given in the same unit; t
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sarl.rewards.base import Reward, RewardOutput, Sample
+from sarl.rewards.base import PerSampleReward, RewardOutput, Sample
 from sarl.rewards.math_answer import extract_answer
 from sarl.rewards.registry import register_reward
 
@@ -113,24 +112,19 @@ def text_length(text: str, unit: Literal["chars", "words"]) -> int:
 
 
 @register_reward
-class FormatLengthReward(Reward):
+class FormatLengthReward(PerSampleReward):
     """``R_fl`` of Xin et al. eq. 5 per response (no ground truth, no siblings)."""
 
     name = "format_length"
     Settings = FormatLengthRewardSettings
+    components = COMPONENT_KEYS
 
     def __init__(self, settings: FormatLengthRewardSettings) -> None:
         super().__init__(settings)
         self._settings = settings
 
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
-
-    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
-        return [[self._score(s.response) for s in group] for group in groups]
-
-    def _score(self, response: str) -> RewardOutput:
+    def score_sample(self, sample: Sample, where: tuple[int, int]) -> RewardOutput:
+        response = sample.response
         s = self._settings
         ratio = text_length(response, s.length_unit) / s.max_length
         r_format = format_reward(response)

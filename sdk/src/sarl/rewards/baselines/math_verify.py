@@ -263,6 +263,7 @@ class MathVerifyReward(Reward):
 
     name = "ground_truth_math_verify"
     Settings = MathVerifyRewardSettings
+    components = COMPONENT_KEYS
 
     def __init__(self, settings: MathVerifyRewardSettings) -> None:
         super().__init__(settings)
@@ -285,10 +286,6 @@ class MathVerifyReward(Reward):
             self._pool = BoundedProcessPool(
                 settings.workers, settings.timeout_seconds, settings.startup_grace_seconds
             )
-
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
 
     def stats(self) -> MathVerifyStats:
         pool = self._pool

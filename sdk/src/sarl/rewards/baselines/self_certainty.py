@@ -101,10 +101,6 @@ class SelfCertaintyReward(Reward):
     name = "self_certainty"
     Settings = SelfCertaintyRewardSettings
 
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return ()
-
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
         raise LogitsRequiredError(
             "reward 'self_certainty' needs the policy's logits, which score_groups (text in) does "

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sarl.rewards.base import Reward, RewardOutput, Sample
+from sarl.rewards.base import PerGroupReward, RewardOutput, Sample
 from sarl.rewards.baselines.answer_clusters import Equal, cluster_answers, cluster_sizes
 from sarl.rewards.math_answer import answers_equal, extract_answer
 from sarl.rewards.registry import register_reward
@@ -74,25 +74,19 @@ def majority_vote(
 
 
 @register_reward
-class TTRLReward(Reward):
+class TTRLReward(PerGroupReward):
     """1 for a response whose boxed answer equals its group's majority answer, else 0."""
 
     name = "ttrl"
     Settings = TTRLRewardSettings
+    components = COMPONENT_KEYS
     needs_group = True
 
     def __init__(self, settings: TTRLRewardSettings) -> None:
         super().__init__(settings)
         self._settings = settings
 
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
-
-    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
-        return [self._score_group(group) for group in groups]
-
-    def _score_group(self, group: Sequence[Sample]) -> list[RewardOutput]:
+    def score_group(self, group: Sequence[Sample], index: int) -> list[RewardOutput]:
         answers = [extract_answer(s.response) for s in group]
         vote = majority_vote(answers, self._settings.tie_break)
         has_label = float(vote.label is not None)

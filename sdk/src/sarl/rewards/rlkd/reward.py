@@ -159,6 +159,7 @@ class RLKDReward(Reward):
 
     name = "rlkd"
     Settings = RLKDRewardSettings
+    components = COMPONENT_KEYS
 
     def __init__(self, settings: RLKDRewardSettings) -> None:
         super().__init__(settings)
@@ -185,10 +186,6 @@ class RLKDReward(Reward):
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str], tuple[Step, ...]] = OrderedDict()
         self._counts = {"samples": 0, "failed_samples": 0, "teacher_decompositions": 0, "hits": 0}
-
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
 
     def stats(self) -> RLKDStats:
         with self._lock:

@@ -42,6 +42,7 @@ class StructureReward(Reward):
 
     name = "structure"
     Settings = StructureRewardSettings
+    components = COMPONENT_KEYS
 
     def __init__(
         self, settings: StructureRewardSettings, *, embedder: Embedder | None = None
@@ -57,10 +58,6 @@ class StructureReward(Reward):
     @property
     def scorer(self) -> StructureScorer:
         return self._scorer
-
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
 
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
         flat = [s.response for g in groups for s in g]

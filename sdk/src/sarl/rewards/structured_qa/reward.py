@@ -158,6 +158,7 @@ class StructuredQAReward(Reward):
 
     name = "structured_qa"
     Settings = StructuredQARewardSettings
+    components = COMPONENT_KEYS
 
     def __init__(self, settings: StructuredQARewardSettings, *, judge: ChatJudge | None = None):
         super().__init__(settings)
@@ -166,10 +167,6 @@ class StructuredQAReward(Reward):
         self._judge: ChatJudge | None = None
         if settings.judge:
             self._judge = judge if judge is not None else _make_judge(settings.judge_client)
-
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
 
     def judge_stats(self) -> JudgeStats | None:
         """The judge client's cumulative counters (requests, retries, judged, failures)."""

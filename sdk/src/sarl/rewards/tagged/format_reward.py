@@ -11,12 +11,12 @@ violation outside ``allowed_violations``, else ``invalid_score``. A per-sample r
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sarl.rewards.base import Reward, RewardOutput, Sample
+from sarl.rewards.base import PerSampleReward, RewardOutput, Sample
 from sarl.rewards.registry import register_reward
 from sarl.rewards.tagged.tags import TAGS, ParsedCompletion, ViolationKind, parse_completion
 
@@ -67,24 +67,19 @@ class TagFormatSettings(BaseModel):
 
 
 @register_reward
-class TagFormatReward(Reward):
+class TagFormatReward(PerSampleReward):
     """All-or-nothing tagged format score of each completion (§3.1 format, A.7 format scoring)."""
 
     name = "tag_format"
     Settings = TagFormatSettings
+    components = COMPONENT_KEYS
 
     def __init__(self, settings: TagFormatSettings) -> None:
         super().__init__(settings)
         self._settings = settings
 
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
-
-    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
-        return [[self._score(sample.response) for sample in group] for group in groups]
-
-    def _score(self, response: str) -> RewardOutput:
+    def score_sample(self, sample: Sample, where: tuple[int, int]) -> RewardOutput:
+        response = sample.response
         s = self._settings
         result = check_format(
             parse_completion(response, s.tags), frozenset(s.allowed_violations), s.min_steps

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sarl.rewards.base import Reward, RewardOutput, Sample
+from sarl.rewards.base import PerGroupReward, RewardOutput, Sample
 from sarl.rewards.math_answer import answers_equal, extract_answer
 from sarl.rewards.registry import register_reward
 from sarl.rewards.tagged.tags import parse_completion
@@ -180,7 +180,7 @@ class TagLcsSettings(BaseModel):
 
 
 @register_reward
-class TagLcsReward(Reward):
+class TagLcsReward(PerGroupReward):
     """LCS reward of eqs. (4)–(5) over each group; correctness is the boxed answer vs the truth.
 
     A completion is correct when its last ``\\boxed{}`` answer equals ``Sample.ground_truth``
@@ -190,22 +190,16 @@ class TagLcsReward(Reward):
 
     name = "tag_lcs"
     Settings = TagLcsSettings
+    components = COMPONENT_KEYS
     needs_group = True
 
     def __init__(self, settings: TagLcsSettings) -> None:
         super().__init__(settings)
         self._settings = settings
 
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
-
-    def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
-        return [self._score_group(group, g) for g, group in enumerate(groups)]
-
-    def _score_group(self, group: Sequence[Sample], g: int) -> list[RewardOutput]:
+    def score_group(self, group: Sequence[Sample], index: int) -> list[RewardOutput]:
         steps = [self._steps(sample.response) for sample in group]
-        correct = [_is_correct(sample, (g, i)) for i, sample in enumerate(group)]
+        correct = [_is_correct(sample, (index, i)) for i, sample in enumerate(group)]
         return [
             RewardOutput(
                 result.score,

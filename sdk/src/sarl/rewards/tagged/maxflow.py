@@ -319,6 +319,7 @@ class TagMaxFlowReward(Reward):
 
     name = "tag_maxflow"
     Settings = TagMaxFlowSettings
+    components = COMPONENT_KEYS
 
     def __init__(
         self, settings: TagMaxFlowSettings, *, model: Any = None, tokenizer: Any = None
@@ -328,10 +329,6 @@ class TagMaxFlowReward(Reward):
         self._model = model
         self._tokenizer = tokenizer
         self._lock = threading.Lock()
-
-    @property
-    def component_keys(self) -> tuple[str, ...]:
-        return COMPONENT_KEYS
 
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
         return [[self._score(sample) for sample in group] for group in groups]
