@@ -2,7 +2,7 @@
 
 Called by :mod:`sarl_jobs.verl_trainer` (rows written as verl's parquet files) and
 :mod:`sarl_jobs.trl_trainer` (a ``datasets.Dataset``). The split is the one the local runner uses
-(``sarl.tasks.generators``), so a cluster run trains on the same problems as a local one. Rows are
+(``sarl.tasks.experiment``), so a cluster run trains on the same problems as a local one. Rows are
 built by :func:`sarl.datasets.schema.verl_row`, the builder ``sarl data prepare`` uses too, so
 task prompts and prepared datasets share one layout.
 
@@ -23,12 +23,8 @@ from typing import Any
 
 from sarl.datasets.schema import verl_row
 from sarl.spec.experiment import Experiment
-from sarl.tasks.generators import (
-    Problem,
-    load_dataset_file,
-    split_problems,
-    train_eval_split,
-)
+from sarl.tasks.experiment import experiment_problems
+from sarl.tasks.generators import Problem, load_dataset_file
 
 
 def dataset_location(dataset: str, environ: Mapping[str, str]) -> str:
@@ -78,24 +74,10 @@ def problems(
 ) -> tuple[list[Problem], list[Problem]]:
     """(train, eval) problems of ``spec.data``; ``evaluation.max_problems`` caps eval."""
     data = exp.spec.data
+    rows = None
     if data.task == "dataset" and data.dataset:
         rows = load_problems(exp, os.environ if environ is None else environ)
-        train, evals = split_problems(
-            rows,
-            min(data.eval_size, max(1, len(rows) // 5)),
-            seed=data.split_seed,
-            train_size=data.train_size,
-        )
-    else:
-        train, evals = train_eval_split(
-            data.task,
-            data.train_size,
-            data.eval_size,
-            seed=data.split_seed,
-            difficulty=data.difficulty,
-        )
-    limit = exp.spec.evaluation.max_problems
-    return list(train), list(evals)[:limit] if limit else list(evals)
+    return experiment_problems(exp, rows)
 
 
 def verl_rows(exp: Experiment, items: list[Problem], split: str) -> list[dict[str, Any]]:

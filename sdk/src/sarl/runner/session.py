@@ -84,27 +84,9 @@ class LocalSession:
     # -- building blocks -------------------------------------------------------------------
 
     def _problems(self) -> tuple[list[Any], list[Any]]:
-        from sarl.tasks.generators import load_dataset_file, split_problems, train_eval_split
+        from sarl.tasks.experiment import experiment_problems
 
-        data = self.exp.spec.data
-        if data.task == "dataset" and data.dataset:
-            rows = load_dataset_file(data.dataset, data.question_field, data.answer_field)
-            train, evals = split_problems(
-                rows,
-                min(data.eval_size, max(1, len(rows) // 5)),
-                seed=data.split_seed,
-                train_size=data.train_size,
-            )
-            return list(train), list(evals)
-        train, evals = train_eval_split(
-            data.task,
-            data.train_size,
-            data.eval_size,
-            seed=data.split_seed,
-            difficulty=data.difficulty,
-        )
-        limit = self.exp.spec.evaluation.max_problems
-        return list(train), list(evals)[:limit] if limit else list(evals)
+        return experiment_problems(self.exp)
 
     def _policy(self, train_problems: list[Any]) -> tuple[Any, Any]:
         from transformers import AutoModelForCausalLM, AutoTokenizer
