@@ -271,28 +271,20 @@ def _resources(exp: Experiment) -> dict[str, Any]:
     return out
 
 
-def _replica(
-    exp: Experiment, replicas: int, image: str, env: list[dict[str, Any]]
-) -> dict[str, Any]:
+def job_pod(exp: Experiment, container: dict[str, Any]) -> dict[str, Any]:
+    """Pod spec around ``container`` for the Experiment's jobs (training and evaluation): the
+    config volume, a memory-backed /dev/shm, and the spec's node selector and tolerations."""
     res = exp.spec.resources
+    mounts = [
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+    ]
     pod: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "pytorch",  # the Training Operator requires this container name
-                "image": image,
-                "command": ["python", "-m", TRAINER_MODULES[backend(exp)]],
-                "args": [f"{CONFIG_DIR}/{CONFIG_FILE}"],
-                "env": copy.deepcopy(env),  # no shared objects between replicas
-                "resources": _resources(exp),
-                "volumeMounts": [
-                    {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                    {"name": "dshm", "mountPath": "/dev/shm"},
-                ],
-            }
-        ],
+        "containers": [{**container, "volumeMounts": mounts}],
         "volumes": [
             {"name": "config", "configMap": {"name": config_name(exp)}},
-            # NCCL and Ray need more shared memory than the container default of 64 MiB.
+            # NCCL, Ray and vLLM's workers need more shared memory than the container default
+            # of 64 MiB.
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
         ],
     }
@@ -300,6 +292,21 @@ def _replica(
         pod["nodeSelector"] = dict(res.node_selector)
     if res.tolerations:
         pod["tolerations"] = [dict(t) for t in res.tolerations]
+    return pod
+
+
+def _replica(
+    exp: Experiment, replicas: int, image: str, env: list[dict[str, Any]]
+) -> dict[str, Any]:
+    container = {
+        "name": "pytorch",  # the Training Operator requires this container name
+        "image": image,
+        "command": ["python", "-m", TRAINER_MODULES[backend(exp)]],
+        "args": [f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        "env": copy.deepcopy(env),  # no shared objects between replicas
+        "resources": _resources(exp),
+    }
+    pod = job_pod(exp, container)
     return {
         "replicas": replicas,
         "restartPolicy": "OnFailure",

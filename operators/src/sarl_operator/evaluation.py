@@ -45,32 +45,15 @@ def eval_job(
     res = exp.spec.resources
     limits = {builders.GPU_RESOURCE: "1"} if res.gpus_per_node > 0 else {}
     config_path = f"{builders.CONFIG_DIR}/{builders.CONFIG_FILE}"
-    pod: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "evaluate",
-                "image": image,
-                "command": ["python", "-m", EVAL_MODULE],
-                "args": ["--config", config_path],
-                "env": env,
-                "resources": {"limits": limits},
-                "volumeMounts": [
-                    {"name": "config", "mountPath": builders.CONFIG_DIR, "readOnly": True},
-                    {"name": "dshm", "mountPath": "/dev/shm"},
-                ],
-            }
-        ],
-        "volumes": [
-            {"name": "config", "configMap": {"name": builders.config_name(exp)}},
-            # vLLM's workers share tensors through /dev/shm (64 MiB by default).
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-        ],
+    container = {
+        "name": "evaluate",
+        "image": image,
+        "command": ["python", "-m", EVAL_MODULE],
+        "args": ["--config", config_path],
+        "env": env,
+        "resources": {"limits": limits},
     }
-    if res.node_selector:
-        pod["nodeSelector"] = dict(res.node_selector)
-    if res.tolerations:
-        pod["tolerations"] = [dict(t) for t in res.tolerations]
+    pod = {"restartPolicy": "Never", **builders.job_pod(exp, container)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
