@@ -3,7 +3,8 @@
 Called by ``make generate`` and ``make check-generated`` (CI). The Experiment model becomes
 ``experiment.schema.json`` (for editors: YAML language servers read it), each registered reward's
 Settings model ``rewards/<name>.schema.json``, beside this file, and, in a repository checkout,
-the Experiment CRD of the platform chart (``charts/sarl-platform/crds/experiments.sarl.dev.yaml``).
+the Experiment and Study CRDs of the platform chart (``charts/sarl-platform/crds/``); the Study
+model becomes ``study.schema.json``.
 
 The CRD's ``openAPIV3Schema`` is the pydantic JSON schema of ``ExperimentSpec`` made *structural*
 as Kubernetes requires (apiextensions.k8s.io/v1): every ``$ref`` inlined, every node typed, no
@@ -30,7 +31,9 @@ from sarl.rewards.registry import get_reward_class, reward_names
 HERE = Path(__file__).resolve().parent
 # sdk/src/sarl/schemas -> repository root (only meaningful in a checkout, e.g. an editable install)
 REPO_ROOT = HERE.parents[3]
-CRD_PATH = REPO_ROOT / "charts" / "sarl-platform" / "crds" / "experiments.sarl.dev.yaml"
+CRD_DIR = REPO_ROOT / "charts" / "sarl-platform" / "crds"
+CRD_PATH = CRD_DIR / "experiments.sarl.dev.yaml"
+STUDY_CRD_PATH = CRD_DIR / "studies.sarl.dev.yaml"
 
 GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
@@ -194,6 +197,39 @@ def structural(node: JSONSchema, defs: JSONSchema, path: str = "spec") -> JSONSc
     return _ordered(out)
 
 
+class StudyStatus(BaseModel):
+    """What the operator reports on a Study (status subresource; users never write it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    phase: Literal["Pending", "Running", "Succeeded", "Failed"] | None = Field(
+        default=None,
+        description="Running while any arm x seed Experiment is not finished; Succeeded when "
+        "all finished and the report was logged; Failed when the spec is invalid or every run "
+        "of some arm failed.",
+    )
+    conditions: list[ExperimentCondition] = Field(
+        default_factory=list,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    observedGeneration: int | None = Field(default=None, ge=0)
+    total: int | None = Field(default=None, ge=0, description="Arm x seed runs of the Study.")
+    pending: int | None = Field(default=None, ge=0, description="Runs not yet started.")
+    running: int | None = Field(default=None, ge=0, description="Runs in progress.")
+    succeeded: int | None = Field(default=None, ge=0, description="Runs that succeeded.")
+    failed: int | None = Field(default=None, ge=0, description="Runs that failed.")
+    mlflowParentRunId: str | None = Field(
+        default=None, description="MLflow parent run; every arm x seed run nests under it."
+    )
+    mlflowRunUrl: str | None = Field(default=None, description="MLflow UI URL of the parent run.")
+    reportUri: str | None = Field(
+        default=None, description="Where the report (summary.json, report.md, curves.png) is."
+    )
+
+
 def _ordered(node: JSONSchema) -> JSONSchema:
     """``type`` and ``description`` first, children last: the CRD reads top-down."""
     head = [k for k in ("type", "description") if k in node]
@@ -208,39 +244,38 @@ def _model_schema(model: type[BaseModel], path: str) -> JSONSchema:
     return structural(schema, defs, path)
 
 
-def _experiment_spec_schema() -> JSONSchema:
-    from sarl.spec.experiment import Experiment
-
-    schema = Experiment.model_json_schema()
+def _spec_schema(model: type[BaseModel]) -> JSONSchema:
+    schema = model.model_json_schema()
     defs = schema["$defs"]
     return structural(schema["properties"]["spec"], defs, "spec")
 
 
-def crd() -> JSONSchema:
-    """The Experiment CustomResourceDefinition (apiextensions.k8s.io/v1) as a dict."""
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    short_names: list[str],
+    description: str,
+    spec: JSONSchema,
+    status: type[BaseModel],
+    columns: list[tuple[str, str, str]],
+) -> JSONSchema:
     open_api: JSONSchema = {
         "type": "object",
-        "description": "A structure-aware RL training experiment (sarl.spec.experiment).",
+        "description": description,
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": _experiment_spec_schema(),
-            "status": _model_schema(ExperimentStatus, "status"),
+            "spec": spec,
+            "status": _model_schema(status, "status"),
         },
     }
-    columns = [
-        ("Phase", "string", ".status.phase"),
-        ("Step", "integer", ".status.lastStep"),
-        ("Reward", "number", ".status.lastReward"),
-        ("MLflow", "string", ".status.mlflowRunUrl"),
-        ("Age", "date", ".metadata.creationTimestamp"),
-    ]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"experiments.{GROUP}",
+            "name": f"{plural}.{GROUP}",
             "labels": {
                 "app.kubernetes.io/name": "sarl",
                 "app.kubernetes.io/part-of": "sarl",
@@ -251,11 +286,11 @@ def crd() -> JSONSchema:
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": "Experiment",
-                "listKind": "ExperimentList",
-                "plural": "experiments",
-                "singular": "experiment",
-                "shortNames": ["sexp"],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
                 "categories": ["sarl"],
             },
             "versions": [
@@ -266,8 +301,8 @@ def crd() -> JSONSchema:
                     "schema": {"openAPIV3Schema": open_api},
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
-                        {"name": name, "type": kind, "jsonPath": json_path}
-                        for name, kind, json_path in columns
+                        {"name": name, "type": kind_, "jsonPath": json_path}
+                        for name, kind_, json_path in columns
                     ],
                 }
             ],
@@ -275,13 +310,60 @@ def crd() -> JSONSchema:
     }
 
 
-def crd_yaml() -> str:
-    """The CRD file's content: a do-not-edit header and the CRD as block YAML."""
+def crd() -> JSONSchema:
+    """The Experiment CustomResourceDefinition (apiextensions.k8s.io/v1) as a dict."""
+    from sarl.spec.experiment import Experiment
+
+    return _crd(
+        kind="Experiment",
+        plural="experiments",
+        short_names=["sexp"],
+        description="A structure-aware RL training experiment (sarl.spec.experiment).",
+        spec=_spec_schema(Experiment),
+        status=ExperimentStatus,
+        columns=[
+            ("Phase", "string", ".status.phase"),
+            ("Step", "integer", ".status.lastStep"),
+            ("Reward", "number", ".status.lastReward"),
+            ("MLflow", "string", ".status.mlflowRunUrl"),
+            ("Age", "date", ".metadata.creationTimestamp"),
+        ],
+    )
+
+
+def study_crd() -> JSONSchema:
+    """The Study CustomResourceDefinition: arms x seeds of one base Experiment."""
+    from sarl.spec.study import Study
+
+    return _crd(
+        kind="Study",
+        plural="studies",
+        short_names=["sstudy"],
+        description="Arms x seeds of one base Experiment, compared in one report "
+        "(sarl.spec.study).",
+        spec=_spec_schema(Study),
+        status=StudyStatus,
+        columns=[
+            ("Phase", "string", ".status.phase"),
+            ("Total", "integer", ".status.total"),
+            ("Running", "integer", ".status.running"),
+            ("Succeeded", "integer", ".status.succeeded"),
+            ("Failed", "integer", ".status.failed"),
+            ("MLflow", "string", ".status.mlflowRunUrl"),
+            ("Age", "date", ".metadata.creationTimestamp"),
+        ],
+    )
+
+
+def crd_yaml(doc: JSONSchema | None = None, source: str = "sarl.spec.experiment.Experiment") -> str:
+    """A CRD file's content: a do-not-edit header and the CRD as block YAML."""
     header = (
         "# GENERATED by `make generate` (python -m sarl.schemas.generate) from\n"
-        "# sarl.spec.experiment.Experiment: do not edit; change the pydantic model instead.\n"
+        f"# {source}: do not edit; change the pydantic model instead.\n"
     )
-    body = yaml.safe_dump(crd(), sort_keys=False, width=100, allow_unicode=True)
+    body = yaml.safe_dump(
+        crd() if doc is None else doc, sort_keys=False, width=100, allow_unicode=True
+    )
     return header + body
 
 
@@ -293,6 +375,11 @@ def rendered() -> dict[Path, str]:
     schema = Experiment.model_json_schema()
     schema["$id"] = "https://sarl.dev/schemas/experiment.schema.json"
     files[HERE / "experiment.schema.json"] = json.dumps(schema, indent=2) + "\n"
+    from sarl.spec.study import Study
+
+    schema = Study.model_json_schema()
+    schema["$id"] = "https://sarl.dev/schemas/study.schema.json"
+    files[HERE / "study.schema.json"] = json.dumps(schema, indent=2) + "\n"
     for name in reward_names():
         schema = get_reward_class(name).Settings.model_json_schema()
         schema["$id"] = f"https://sarl.dev/schemas/rewards/{name}.schema.json"
@@ -305,7 +392,10 @@ def crd_files() -> dict[Path, str]:
     """The CRD file, in a repository checkout only (an installed sdk has no charts/ beside it)."""
     if not CRD_PATH.parent.parent.is_dir():
         return {}
-    return {CRD_PATH: crd_yaml()}
+    return {
+        CRD_PATH: crd_yaml(),
+        STUDY_CRD_PATH: crd_yaml(study_crd(), "sarl.spec.study.Study"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

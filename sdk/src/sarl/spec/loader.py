@@ -1,4 +1,4 @@
-"""Load an Experiment from YAML (file or text) or a dict, with one-line errors.
+"""Load an Experiment (or a Study) from YAML (file or text) or a dict, with one-line errors.
 
 Called by ``sarl run``/``sarl validate``, ``sarl.Client`` and the operator. Errors name the
 field path and the offending value, e.g.
@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from sarl.rewards.registry import RewardConfigError
 from sarl.spec.experiment import Experiment
+from sarl.spec.study import Study, StudyFieldError
 
 _MAX_VALUE = 80
 
@@ -38,6 +39,8 @@ def format_validation_error(err: ValidationError, source: str = "") -> str:
         msg = str(ctx_err)
     where = f"{source}: " if source else ""
     value = "" if first["type"] == "missing" else f"={_show(first.get('input'))}"
+    if isinstance(ctx_err, StudyFieldError):  # a cross-field Study rule names its own field
+        loc, value, msg = ctx_err.loc, f"={_show(ctx_err.value)}", ctx_err.message
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where}{loc or 'document'}{value}: {msg}{more}"
 
@@ -94,3 +97,23 @@ def _parse_yaml(text: str, label: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise SpecError(f"{label}:{where}: invalid YAML: {getattr(e, 'problem', e)}") from e
+
+
+def load_study(source: str | Path | dict[str, Any] | Study) -> Study:
+    """Validate a Study from a YAML path, YAML text, a dict or a Study (one-line SpecError)."""
+    if isinstance(source, Study):
+        return source
+    data, label = load_document(source)
+    return validate_study(data, label)
+
+
+def validate_study(data: dict[str, Any], label: str = "") -> Study:
+    """Validate a raw Study document; SpecError with one line naming the field and value."""
+    try:
+        return Study.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(format_validation_error(e, label)) from e
+    except StudyFieldError as e:
+        raise SpecError(f"{label + ': ' if label else ''}{e.loc}={_show(e.value)}: {e.message}")
+    except (RewardConfigError, ValueError) as e:
+        raise SpecError(f"{label + ': ' if label else ''}{e}") from e
