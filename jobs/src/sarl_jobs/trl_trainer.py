@@ -117,7 +117,7 @@ def _model_path(exp: Experiment, root: Path) -> str:
     spec = exp.spec
     return str(
         prepare_tiny_policy(
-            spec.data, spec.model, cache_dir=root / "cache", seed=spec.algorithm.seed
+            spec.data, spec.model, cache_dir=root / "cache"
         )
     )
 

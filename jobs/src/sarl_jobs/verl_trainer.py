@@ -121,7 +121,6 @@ def _model_path(exp: Experiment, root: Path) -> str:
         spec.data,
         spec.model,
         cache_dir=root / "cache",
-        seed=spec.algorithm.seed,
         max_response_tokens=spec.algorithm.max_response_length,
     )
     return str(path)

@@ -9,11 +9,15 @@ logs, delete; needs ``pip install 'sarl[cluster]'``). Called by users and by ``s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sarl.cluster.client import ClusterClient
 from sarl.spec.experiment import Experiment
-from sarl.spec.loader import load_experiment
+from sarl.spec.loader import load_experiment, load_study
+from sarl.spec.study import Study
+
+if TYPE_CHECKING:
+    from sarl.study.runner import StudyResult
 
 
 class LocalClient:
@@ -49,6 +53,28 @@ class LocalClient:
             progress=self.progress,
         )
         return run_local(exp, opts)
+
+    def study(
+        self,
+        study: Study | dict[str, Any] | str | Path,
+        *,
+        jobs: int | None = None,
+        out_dir: str | Path | None = None,
+    ) -> StudyResult:
+        """Run every arm x seed of a Study here (finished runs are skipped, interrupted ones
+        resume) and report it. The result holds the report (``result.report``, tables as pandas
+        DataFrames via ``result.tables()``) and the curves PNG (``result.figure``)."""
+        from sarl.study.runner import StudyOptions, run_study
+
+        doc = load_study(study)
+        opts = StudyOptions(
+            workdir=self.workdir,
+            tracking_uri=self.tracking_uri,
+            jobs=jobs or doc.spec.parallelism,
+            progress=self.progress,
+            out_dir=Path(out_dir) if out_dir is not None else None,
+        )
+        return run_study(doc, opts)
 
 
 class Client(ClusterClient):

@@ -13,7 +13,7 @@ from importlib.metadata import entry_points
 
 import typer
 
-from sarl.cli import cluster, compare, data, demo, maps, reward, run
+from sarl.cli import cluster, compare, data, demo, maps, reward, run, study, study_run
 
 app = typer.Typer(
     name="sarl",
@@ -24,6 +24,8 @@ app = typer.Typer(
 )
 app.add_typer(reward.app, name="reward")
 app.add_typer(data.app, name="data")
+study.app.command("run")(study_run.run_command)
+app.add_typer(study.app, name="study")
 app.command("map")(maps.map_command)
 app.command("demo")(demo.demo_command)
 app.command("run")(run.run_command)

@@ -38,6 +38,12 @@ class EmbedderConfig(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0, description="openai: per-request timeout.")
     max_retries: int = Field(default=3, ge=0, description="openai: retries after the first try.")
     device: str = Field(default="cpu", description="local: torch device.")
+    cache_size: int = Field(
+        default=50_000,
+        ge=0,
+        description="local: distinct strings whose vectors are kept between calls (LRU; 0 "
+        "disables). RL repeats step strings across steps; this is most of the CPU cost saved.",
+    )
 
 
 def make_embedder(config: EmbedderConfig) -> Embedder:
@@ -60,5 +66,8 @@ def make_embedder(config: EmbedderConfig) -> Embedder:
     from sarl.embedding.local import LocalEmbedder
 
     return LocalEmbedder(
-        config.model or DEFAULT_LOCAL_MODEL, batch_size=config.batch_size, device=config.device
+        config.model or DEFAULT_LOCAL_MODEL,
+        batch_size=config.batch_size,
+        device=config.device,
+        cache_size=config.cache_size,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,16 +47,34 @@ class LocalEmbedder:
 
     The model loads lazily on the first call (so constructing one is cheap) and once per
     instance, guarded by a lock because reward adapters may call from several threads.
+
+    The vectors of the last ``cache_size`` distinct strings are kept (LRU): during RL the same
+    step strings come back step after step (a plan line, a check, "Compute 3 + 4 = 7."), and on
+    a CPU embedding them again is most of the structure reward's cost. The model is
+    deterministic in eval mode, so a cached vector is the vector it would compute.
     """
 
-    def __init__(self, model: str = BUNDLED_MODEL, *, batch_size: int = 128, device: str = "cpu"):
+    def __init__(
+        self,
+        model: str = BUNDLED_MODEL,
+        *,
+        batch_size: int = 128,
+        device: str = "cpu",
+        cache_size: int = 50_000,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+        if cache_size < 0:
+            raise ValueError(f"cache_size: must be >= 0, got {cache_size}")
         self.model_path = resolve_model_path(model)
         self.batch_size = batch_size
         self.device = device
+        self.cache_size = cache_size
         self._model: Any = None
         self._lock = threading.Lock()
+        self._cache: OrderedDict[str, FloatArray] = OrderedDict()  # text -> (dim,) unit vector
+        self.cache_hits = 0
+        self.cache_misses = 0
 
     def _load(self) -> Any:
         with self._lock:
@@ -80,14 +99,33 @@ class LocalEmbedder:
             return np.zeros((0, 0), dtype=np.float32)
         model = self._load()
         unique = list(dict.fromkeys(texts))
-        index = {t: i for i, t in enumerate(unique)}
         with self._lock:  # sentence-transformers models are not safe to call concurrently
-            vectors = model.encode(
-                unique,
-                batch_size=self.batch_size,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-                normalize_embeddings=False,
-            )  # (unique, dim)
-        unit = normalize_rows(vectors, source=f"local model {self.model_path.name}")
-        return unit[[index[t] for t in texts]]
+            missing = [t for t in unique if t not in self._cache]
+            self.cache_hits += len(unique) - len(missing)
+            self.cache_misses += len(missing)
+            fresh: dict[str, FloatArray] = {}
+            if missing:
+                vectors = model.encode(
+                    missing,
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                    normalize_embeddings=False,
+                )  # (missing, dim)
+                unit = normalize_rows(vectors, source=f"local model {self.model_path.name}")
+                fresh = dict(zip(missing, unit, strict=True))
+            rows = [fresh[t] if t in fresh else self._cache[t] for t in unique]
+            self._remember(unique, rows)
+        index = {t: i for i, t in enumerate(unique)}
+        stacked = np.stack(rows)  # (unique, dim)
+        return stacked[[index[t] for t in texts]]
+
+    def _remember(self, texts: list[str], rows: list[FloatArray]) -> None:
+        """Mark ``texts`` most recently used and evict the least recently used beyond the cap."""
+        if self.cache_size == 0:
+            return
+        for text, row in zip(texts, rows, strict=True):
+            self._cache[text] = row
+            self._cache.move_to_end(text)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)

@@ -75,7 +75,7 @@ def resolve_model(
         from sarl.runner.tiny import prepare_tiny_policy
 
         path = prepare_tiny_policy(
-            spec.data, spec.model, cache_dir=workdir / "cache", seed=spec.algorithm.seed,
+            spec.data, spec.model, cache_dir=workdir / "cache",
             max_response_tokens=spec.algorithm.max_response_length, progress=progress,
         )  # fmt: skip
         return ModelSource(str(path), spec.model.name)

@@ -71,10 +71,14 @@ class MetricsCallback(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         metrics = rename_logs(logs or {})
-        accuracy = self.record.accuracy()
-        # Only step logs carry a reward; the end-of-training summary log must not repeat accuracy.
-        if accuracy is not None and "reward/mean" in metrics:
-            metrics["accuracy"] = accuracy
+        # Only step logs carry a reward; the end-of-training summary log must not repeat these.
+        if "reward/mean" in metrics:
+            for key, value in (
+                ("accuracy", self.record.accuracy()),
+                ("answer_rate", self.record.answer_rate()),
+            ):
+                if value is not None:
+                    metrics[key] = value
         if metrics:
             self.tracker.log_metrics(metrics, step=state.global_step)
             self.last.update(metrics)

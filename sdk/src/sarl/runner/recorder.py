@@ -26,6 +26,14 @@ class BatchRecord:
     completions: list[str] = field(default_factory=list)
     ground_truth: list[str] = field(default_factory=list)
 
+    def answer_rate(self) -> float | None:
+        """Share of the batch's responses that give a final answer at all (a policy can raise
+        a structure reward by never concluding; the Study report flags that)."""
+        if not self.completions:
+            return None
+        answered = [extract_answer(text) is not None for text in self.completions]
+        return sum(answered) / len(answered)
+
     def accuracy(self) -> float | None:
         if not self.completions or len(self.ground_truth) != len(self.completions):
             return None

@@ -33,6 +33,7 @@ class LocalSession:
         self.ckpt_uri = ckpt_uri
         self.rewards = rewards
         self.tracker: Any = None
+        self._evals: dict[int, dict[str, float]] = {}  # step -> held-out metrics logged there
         self.root = opts.workdir / "runs" / exp.name
         self.root.mkdir(parents=True, exist_ok=True)
 
@@ -67,8 +68,15 @@ class LocalSession:
         resume_dir = self._download(store, latest)
         trainer, record = self._trainer(model, tokenizer, train_problems)
         self._add_callbacks(trainer, record, store, eval_problems, tokenizer)
+        if latest is None:
+            # Step 0: the policy before any RL update, so a run's change in held-out accuracy is
+            # measured from where RL started (a resumed run already logged it).
+            self._evaluate(model, tokenizer, eval_problems, 0)
         trainer.train(resume_from_checkpoint=str(resume_dir) if resume_dir else None)
-        final = self._evaluate(trainer.model, tokenizer, eval_problems, trainer.state.global_step)
+        step = trainer.state.global_step
+        final = self._evals.get(step) or self._evaluate(
+            trainer.model, tokenizer, eval_problems, step
+        )
         metrics = {**self._metrics_cb.last, **final}
         self.tracker.finish("FINISHED")
         return RunResult(
@@ -99,7 +107,6 @@ class LocalSession:
                 spec.data,
                 spec.model,
                 cache_dir=self.opts.workdir / "cache",
-                seed=spec.algorithm.seed,
                 max_response_tokens=spec.algorithm.max_response_length,
                 progress=self.opts.progress,
             )
@@ -254,4 +261,5 @@ class LocalSession:
             if key in names or key == "answer_rate"
         }
         self.tracker.log_metrics(metrics, step=step)
+        self._evals[step] = metrics
         return metrics

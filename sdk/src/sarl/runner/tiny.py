@@ -14,6 +14,7 @@ torch, transformers and tokenizers are imported inside the functions (the sdk co
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 #: Bump when the tokenizer, model or trace recipe changes, so cached warm starts are rebuilt.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 #: Written last into a prepared directory; its presence marks the directory complete.
 METADATA_FILE = "sarl_tiny.json"
 SPECIAL_TOKENS = {
@@ -361,7 +362,7 @@ def prepare_tiny_policy(
     model_spec: ModelSpec,
     *,
     cache_dir: Path,
-    seed: int,
+    seed: int | None = None,
     max_response_tokens: int | None = None,
     progress: bool = True,
 ) -> Path:
@@ -372,12 +373,51 @@ def prepare_tiny_policy(
     written to a temporary directory and renamed into place, so a directory that exists is
     complete; when two processes race, the first rename wins and the other reuses it. Pass the
     RL response budget (``algorithm.max_response_length``) as ``max_response_tokens`` so the
-    warm-start traces fit it (see ``warm_start``).
+    warm-start traces fit it (see ``warm_start``). ``seed`` defaults to
+    ``model_spec.warm_start.seed``: the starting policy does not depend on the RL seed, so the
+    seeds of a Study start from one warm start, as RL runs from one pretrained checkpoint do.
     """
+    if seed is None:
+        seed = model_spec.warm_start.seed
     key = cache_key(data_spec, model_spec, seed, max_response_tokens)
     target = Path(cache_dir) / f"tiny-{key}"
     if (target / METADATA_FILE).is_file():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # One builder per policy: parallel runs of a Study wait for it instead of each spending
+    # the warm start's minutes on the same model (the lock is released if the builder dies).
+    with _file_lock(target.parent / f".tiny-{key}.lock"):
+        if (target / METADATA_FILE).is_file():
+            return target
+        return _prepare(target, key, data_spec, model_spec, seed, max_response_tokens, progress)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (POSIX ``flock``; a no-op where it is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the atomic rename below still keeps the cache consistent
+        yield
+        return
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _prepare(
+    target: Path,
+    key: str,
+    data_spec: DataSpec,
+    model_spec: ModelSpec,
+    seed: int,
+    max_response_tokens: int | None,
+    progress: bool,
+) -> Path:
+    """Build, warm-start and save the policy into ``target`` (see ``prepare_tiny_policy``)."""
     problems, extra_texts = _warm_problems(data_spec)
     rng = random.Random(f"tokenizer:{seed}")
     prompts = [data_spec.prompt_template.format(question=p.question) for p in problems]

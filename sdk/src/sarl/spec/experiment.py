@@ -57,6 +57,12 @@ class WarmStart(_Strict):
     steps: int = Field(default=300, ge=0, description="SFT optimizer steps (0 disables).")
     learning_rate: float = Field(default=3e-3, gt=0)
     batch_size: int = Field(default=16, ge=1)
+    seed: int = Field(
+        default=0,
+        description="Seed of the built-in policy's initialisation and warm start: the "
+        "'pretrained model'. RL seeds (algorithm.seed) start from the same warm start, as runs "
+        "from one checkpoint do; change this to vary the starting policy too.",
+    )
 
 
 class ModelSpec(_Strict):

@@ -62,7 +62,7 @@ class _Ranges:
     max_value: int  # cap on any intermediate value, so numbers stay short for a tiny model
 
 
-_ARITHMETIC = _Ranges(low=1, high=20, max_value=200)
+_ARITHMETIC = _Ranges(low=1, high=9, max_value=99)
 _COUNTDOWN = _Ranges(low=1, high=25, max_value=300)
 
 

@@ -27,6 +27,7 @@ STRUCTURE_NUM_EDGES = "structure/num_edges"
 # runs whose structure reward is weighted or renamed still compare on the same curve.
 STRUCTURE_SCORE = "structure/score"
 ACCURACY = "accuracy"
+ANSWER_RATE = "answer_rate"  # share of training responses with a final answer
 RESPONSE_LENGTH = "response_length"
 KL = "kl"
 ENTROPY = "entropy"

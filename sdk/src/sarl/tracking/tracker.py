@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger(__name__)
 
 SPEC_ARTIFACT = "spec/experiment.yaml"
+STUDY_SPEC_ARTIFACT = "spec/study.yaml"
 RunStatus = Literal["FINISHED", "FAILED", "KILLED"]
 
 # MLflow error codes that mean "this request is wrong", not "the server is having a bad moment".
@@ -166,11 +167,13 @@ class Tracker:
         tags: Mapping[str, str] | None = None,
         params: Mapping[str, str] | None = None,
         spec_yaml: str,
+        spec_artifact: str = SPEC_ARTIFACT,
         max_attempts: int = 3,
     ) -> Tracker:
         """Create a run (and the experiment if missing), log ``params`` and the spec YAML.
 
-        ``params`` are usually ``flatten_params(spec)``; the spec lands at ``spec/experiment.yaml``.
+        ``params`` are usually ``flatten_params(spec)``; the spec lands at ``spec_artifact``
+        (``spec/experiment.yaml``; a Study's parent run stores ``spec/study.yaml``).
         If logging them fails the new run is marked ``FAILED`` before the error is raised.
         """
         bound_http_retries()
@@ -184,7 +187,7 @@ class Tracker:
         tracker = cls(client, uri, experiment_id, run.info.run_id, max_attempts=max_attempts)
         try:
             tracker._log_params(params or {})
-            tracker.log_text(spec_yaml, SPEC_ARTIFACT)
+            tracker.log_text(spec_yaml, spec_artifact)
         except TrackingError:
             tracker._terminate_quietly("FAILED")
             raise

@@ -1,0 +1,77 @@
+"""``sarl study``: Studies — arms x seeds of one Experiment, compared.
+
+``sarl study report STUDY|RUN_ID`` reads a Study's runs back from MLflow and writes its report
+(:func:`sarl.study.report.report_for`): prints the Markdown table and the paths of
+``summary.json``, ``report.md`` and ``curves.png``. Errors print one ``error:`` line on stderr and
+exit 2. Registered in ``main.py`` as the ``study`` sub-app; MLflow, pandas and matplotlib are
+imported inside the commands so ``sarl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sarl.cli.options import fail
+
+app = typer.Typer(help="Studies: arms x seeds of one Experiment, compared")
+
+
+@app.callback()
+def _study() -> None:
+    """Studies: arms x seeds of one Experiment, compared."""
+    # A callback keeps `study` a command group even while it has a single command (typer would
+    # otherwise run that command directly, without its name).
+
+
+@app.command("report")
+def report_command(
+    study: Annotated[
+        str,
+        typer.Argument(
+            help="Study name (its newest parent run) or the parent run's MLflow id.",
+            metavar="STUDY|RUN_ID",
+            show_default=False,
+        ),
+    ],
+    tracking_uri: Annotated[
+        str | None,
+        typer.Option(
+            "--tracking-uri",
+            help="MLflow tracking URI. Default: the local store ./.sarl/mlflow.db.",
+            metavar="URI",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Folder for the report files. Default: out/<study>.", metavar="DIR"
+        ),
+    ] = None,
+    log: Annotated[
+        bool,
+        typer.Option("--log/--no-log", help="Also log the report to the Study's parent run."),
+    ] = True,
+) -> None:
+    """Report a Study: each arm over seeds, paired against the reference arm, with flags.
+
+    Prints the table and writes summary.json, report.md and curves.png (held-out accuracy, SR,
+    length, KL, entropy per arm).
+    """
+    from sarl.study.report import ReportFiles, report_for
+    from sarl.tracking.tracker import TrackingError, default_tracking_uri
+
+    uri = tracking_uri or default_tracking_uri(Path(".sarl"))
+    try:
+        report = report_for(uri, study, out, log=log)
+    except (TrackingError, ValueError) as e:
+        raise fail(str(e)) from e
+    except OSError as e:
+        raise fail(f"--out {out or 'out/<study>'}: {e.strerror or e}") from e
+    files = ReportFiles.under(out or Path("out") / report.study)
+    typer.echo(report.to_markdown())
+    for path in files.paths:
+        typer.echo(f"wrote {path}")

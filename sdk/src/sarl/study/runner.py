@@ -1,0 +1,325 @@
+"""Run a Study locally: every arm x seed as a local Experiment, nested under one MLflow run.
+
+Called by ``sarl study run STUDY.yaml --local [-j N]`` and ``sarl.Client.local().study(...)``.
+Order of work:
+
+1. preflight of every run (tracking, storage, data, model) before anything trains;
+2. the Study's parent MLflow run: reused when a parent of this exact Study document exists
+   (tag ``sarl.study_hash``), so re-running continues the same Study; a changed document starts
+   a new parent (its runs would not be comparable with the old ones);
+3. the built-in policy's warm start(s), once, before any run starts (parallel runs would
+   otherwise build the same policy side by side);
+4. the runs, seed-major, ``jobs`` at a time (processes, torch threads split between them): a run
+   FINISHED under this parent is skipped; one with a checkpoint resumes from it (same MLflow run);
+   others start fresh. A failing run does not stop the others; it is reported and the Study ends
+   FAILED;
+5. the report (``sarl.study.report``) over the finished runs: ``summary.json``, ``report.md``,
+   ``curves.png`` in ``out_dir`` and under ``report/`` of the parent run.
+
+Each run's checkpoints go to ``<workdir>/checkpoints/<study>/<parent run id>/<run name>`` unless
+the spec names a checkpoint location, so a new parent never resumes an old parent's checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sarl.spec.experiment import Experiment
+from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY, Study, StudyRun
+
+if TYPE_CHECKING:
+    from sarl.study.report import StudyReport
+
+TAG_HASH = "sarl.study_hash"
+
+
+@dataclass
+class StudyOptions:
+    """Local knobs of a Study run that are not part of the document (where and how fast)."""
+
+    workdir: Path = Path(".sarl")
+    tracking_uri: str | None = None
+    jobs: int | None = None  # default: spec.parallelism, else 1
+    progress: bool = True
+    out_dir: Path | None = None  # default: out/<study>
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What happened to one arm x seed in this invocation."""
+
+    arm: str
+    seed: int
+    name: str
+    status: str  # "finished", "skipped" (already finished), "resumed", "failed"
+    run_id: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class StudyResult:
+    """A finished local Study: its parent run, each run's outcome and the report."""
+
+    study: str
+    parent_run_id: str
+    tracking_uri: str
+    outcomes: list[RunOutcome] = field(default_factory=list)
+    report: StudyReport | None = None
+    out_dir: Path | None = None
+
+    @property
+    def failed(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    @property
+    def figure(self) -> Path | None:
+        """The curves PNG (mean line and 95 % band per arm)."""
+        return None if self.out_dir is None else self.out_dir / "curves.png"
+
+    def tables(self) -> dict[str, Any]:
+        """The report's tables as pandas DataFrames (``runs``, ``arms``, ``paired``)."""
+        if self.report is None:
+            return {}
+        return self.report.to_dataframes()
+
+
+def study_hash(study: Study) -> str:
+    """Hash of the Study's spec (what its runs are), not of its metadata labels."""
+    blob = json.dumps(study.spec.model_dump(mode="json"), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def run_study(study: Study, opts: StudyOptions | None = None) -> StudyResult:
+    """Run every arm x seed of ``study`` here; see the module docstring for the sequence."""
+    from sarl.runner.local import LocalOptions, run_preflight
+
+    opts = opts or StudyOptions()
+    first = study.runs()[0].experiment
+    tracking_uri, _ = run_preflight(first, LocalOptions(opts.workdir, opts.tracking_uri))
+    parent = _parent_tracker(study, tracking_uri)
+    result = StudyResult(study.name, parent.run_id, tracking_uri)
+    try:
+        runs = [_with_checkpoints(r, study, parent.run_id, opts) for r in study.runs(parent.run_id)]
+        for run in runs:  # every run's own checks, before anything trains
+            run_preflight(run.experiment, LocalOptions(opts.workdir, tracking_uri))
+        _prepare_policies([r.experiment for r in runs], opts)
+        result.outcomes = _run_all(runs, parent.run_id, tracking_uri, opts)
+        result.out_dir = opts.out_dir or Path("out") / study.name
+        result.report = _report(study, tracking_uri, parent.run_id, result.out_dir)
+    except BaseException as e:
+        parent.finish("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+        raise
+    parent.finish("FAILED" if result.failed else "FINISHED")
+    return result
+
+
+def _parent_tracker(study: Study, tracking_uri: str) -> Any:
+    """The Study's parent run: the newest one of this exact document, else a new one."""
+    import yaml
+
+    from sarl.tracking.store import guarded, make_client
+    from sarl.tracking.tracker import STUDY_SPEC_ARTIFACT, Tracker, flatten_params
+
+    digest = study_hash(study)
+    client = make_client(tracking_uri)
+    experiment = guarded(
+        tracking_uri,
+        f"looking up experiment {study.mlflow_experiment!r}",
+        lambda: client.get_experiment_by_name(study.mlflow_experiment),
+    )
+    if experiment is not None and experiment.lifecycle_stage == "active":
+        query = (
+            f"tags.`{TAG_ROLE}` = 'study' and tags.`{TAG_STUDY}` = '{study.name}' "
+            f"and tags.`{TAG_HASH}` = '{digest}'"
+        )
+        found = guarded(
+            tracking_uri,
+            f"looking up the parent run of Study {study.name!r}",
+            lambda: client.search_runs(
+                [experiment.experiment_id],
+                query,
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            ),
+        )
+        if found:
+            return Tracker.resume(tracking_uri, found[0].info.run_id)
+    doc = study.model_dump(mode="json")
+    return Tracker.start(
+        tracking_uri,
+        study.mlflow_experiment,
+        study.name,
+        tags={TAG_ROLE: "study", TAG_STUDY: study.name, TAG_HASH: digest},
+        params=flatten_params(
+            {"arms": [a.name for a in study.spec.arms], "seeds": study.spec.seeds}
+        ),
+        spec_yaml=yaml.safe_dump(doc, sort_keys=False),
+        spec_artifact=STUDY_SPEC_ARTIFACT,
+    )
+
+
+def _with_checkpoints(run: StudyRun, study: Study, parent: str, opts: StudyOptions) -> StudyRun:
+    """``run`` with a checkpoint location private to this parent run (unless the spec has one)."""
+    spec = run.experiment.spec
+    if spec.storage.checkpoint_uri:
+        return run
+    where = (opts.workdir / "checkpoints" / study.name / parent / run.name).resolve()
+    storage = spec.storage.model_copy(update={"checkpoint_uri": str(where)})
+    exp = run.experiment.model_copy(update={"spec": spec.model_copy(update={"storage": storage})})
+    return StudyRun(run.arm, run.seed, exp)
+
+
+def _prepare_policies(experiments: list[Experiment], opts: StudyOptions) -> None:
+    """Build each distinct built-in starting policy once (runs of a Study usually share one)."""
+    from sarl.runner.tiny import cache_key, prepare_tiny_policy
+
+    seen: set[str] = set()
+    for exp in experiments:
+        spec = exp.spec
+        if not spec.model.is_builtin:
+            continue
+        budget = spec.algorithm.max_response_length
+        key = cache_key(spec.data, spec.model, spec.model.warm_start.seed, budget)
+        if key in seen:
+            continue
+        seen.add(key)
+        prepare_tiny_policy(
+            spec.data,
+            spec.model,
+            cache_dir=opts.workdir / "cache",
+            max_response_tokens=budget,
+            progress=opts.progress,
+        )
+
+
+def _finished_runs(tracking_uri: str, parent: str) -> dict[tuple[str, int], str]:
+    """(arm, seed) -> run id of the runs already FINISHED under ``parent``."""
+    from sarl.tracking.store import guarded, make_client
+
+    client = make_client(tracking_uri)
+    run = guarded(tracking_uri, f"reading run {parent}", lambda: client.get_run(parent))
+    found = guarded(
+        tracking_uri,
+        f"listing the runs of parent {parent}",
+        lambda: client.search_runs(
+            [run.info.experiment_id],
+            f"tags.`{TAG_PARENT}` = '{parent}' and attributes.status = 'FINISHED'",
+            max_results=10_000,
+        ),
+    )
+    out: dict[tuple[str, int], str] = {}
+    for r in found:
+        tags = r.data.tags
+        if TAG_ARM in tags and tags.get(TAG_SEED, "").isdigit():
+            out.setdefault((tags[TAG_ARM], int(tags[TAG_SEED])), r.info.run_id)
+    return out
+
+
+def _run_all(
+    runs: list[StudyRun], parent: str, tracking_uri: str, opts: StudyOptions
+) -> list[RunOutcome]:
+    from tqdm.auto import tqdm
+
+    done = _finished_runs(tracking_uri, parent)
+    outcomes: list[RunOutcome] = []
+    todo: list[StudyRun] = []
+    for run in runs:
+        if (run.arm, run.seed) in done:
+            outcomes.append(
+                RunOutcome(run.arm, run.seed, run.name, "skipped", done[(run.arm, run.seed)])
+            )
+        else:
+            todo.append(run)
+    jobs = max(1, min(opts.jobs or 1, len(todo) or 1))
+    bar = tqdm(total=len(runs), initial=len(outcomes), desc="study runs", disable=not opts.progress)
+
+    def record(outcome: RunOutcome) -> None:
+        outcomes.append(outcome)
+        bar.update(1)
+
+    try:
+        if jobs == 1:
+            for run in todo:
+                bar.set_postfix_str(run.name)
+                record(_run_one(run, opts.workdir, tracking_uri, opts.progress, threads=None))
+        else:
+            threads = max(1, (os.cpu_count() or 1) // jobs)
+            _run_parallel(todo, opts, tracking_uri, jobs, threads, record)
+    finally:
+        bar.close()
+    order = {(r.arm, r.seed): i for i, r in enumerate(runs)}
+    return sorted(outcomes, key=lambda o: order[(o.arm, o.seed)])
+
+
+def _run_parallel(
+    todo: list[StudyRun],
+    opts: StudyOptions,
+    tracking_uri: str,
+    jobs: int,
+    threads: int,
+    record: Callable[[RunOutcome], None],
+) -> None:
+    import multiprocessing
+    from concurrent.futures import as_completed
+
+    # spawn: a forked child would inherit torch's thread pools and the parent's MLflow client.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures: dict[Future[RunOutcome], StudyRun] = {
+            pool.submit(_run_one, run, opts.workdir, tracking_uri, False, threads): run
+            for run in todo
+        }
+        for fut in as_completed(futures):
+            run = futures[fut]
+            try:
+                record(fut.result())
+            except Exception as e:  # the worker process died (e.g. out of memory)
+                record(RunOutcome(run.arm, run.seed, run.name, "failed", error=str(e)))
+
+
+def _run_one(
+    run: StudyRun, workdir: Path, tracking_uri: str, progress: bool, threads: int | None
+) -> RunOutcome:
+    """Train one arm x seed (in this process or a worker); never raises for a training error."""
+    from sarl.runner.local import LocalOptions, run_local
+    from sarl.storage import open_store
+
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    spec = run.experiment.spec
+    try:
+        store = open_store(str(spec.storage.checkpoint_uri), endpoint_url=spec.storage.endpoint_url)
+        resume = store.latest() is not None
+        result = run_local(
+            run.experiment,
+            LocalOptions(
+                workdir=workdir, tracking_uri=tracking_uri, resume=resume, progress=progress
+            ),
+        )
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+        return RunOutcome(run.arm, run.seed, run.name, "failed", error=detail)
+    status = "resumed" if result.resumed_from is not None else "finished"
+    return RunOutcome(run.arm, run.seed, run.name, status, result.run_id)
+
+
+def _report(study: Study, tracking_uri: str, parent: str, out_dir: Path) -> StudyReport | None:
+    """The Study report over the finished runs (None when no run finished)."""
+    from sarl.study.report import NoFinishedRuns, report_for
+
+    try:
+        return report_for(tracking_uri, parent, out_dir, log=True, study=study)
+    except NoFinishedRuns:
+        return None
