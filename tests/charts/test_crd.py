@@ -1,6 +1,6 @@
-"""The Experiment CRD generated from the pydantic model (sarl.schemas.generate): up to date,
-structural as Kubernetes requires, accepting every example Experiment and rejecting invalid ones
-exactly where the pydantic model does."""
+"""The Experiment and Study CRDs generated from the pydantic models (sarl.schemas.generate): up to
+date, structural as Kubernetes requires, accepting every example Experiment (and Study) and
+rejecting invalid ones exactly where the pydantic model does."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from sarl.schemas import generate
 from tests.charts.rendering import PLATFORM, REPO_ROOT, chart_crds
 
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
+STUDY_EXAMPLES = sorted((REPO_ROOT / "examples" / "studies").glob("*.yaml"))
 # JSON-schema keywords a structural CRD schema must not contain (apiextensions.k8s.io/v1).
 FORBIDDEN = {
     "$ref",
@@ -34,10 +35,21 @@ FORBIDDEN = {
 }
 
 
+def _crd_named(name: str) -> dict[str, Any]:
+    (found,) = [c for c in chart_crds(PLATFORM) if c["metadata"]["name"] == name]
+    return found
+
+
 @pytest.fixture(scope="module")
 def crd() -> dict[str, Any]:
-    (found,) = chart_crds(PLATFORM)
-    return found
+    return _crd_named("experiments.sarl.dev")
+
+
+@pytest.fixture(scope="module")
+def study_schema() -> dict[str, Any]:
+    (version,) = _crd_named("studies.sarl.dev")["spec"]["versions"]
+    result: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +99,15 @@ def test_crd_file_is_up_to_date() -> None:
     assert path.read_text(encoding="utf-8") == generate.crd_yaml(), (
         f"{path} drifted from sarl.spec.experiment: run `make generate`"
     )
-    assert generate.crd_files() == {path: generate.crd_yaml()}  # part of `generate --check`
+    study = generate.STUDY_CRD_PATH
+    assert study.read_text(encoding="utf-8") == generate.crd_files()[study], (
+        f"{study} drifted from sarl.spec.study: run `make generate`"
+    )
+    assert set(generate.crd_files()) == {path, study}  # part of `generate --check`
+    assert {c["metadata"]["name"] for c in chart_crds(PLATFORM)} == {
+        "experiments.sarl.dev",
+        "studies.sarl.dev",
+    }
 
 
 def test_crd_identity(crd: dict[str, Any]) -> None:
@@ -106,7 +126,33 @@ def test_crd_identity(crd: dict[str, Any]) -> None:
     assert columns["Age"]["jsonPath"] == ".metadata.creationTimestamp"
 
 
-def test_schema_is_structural(schema: dict[str, Any]) -> None:
+def test_study_crd_identity() -> None:
+    spec = _crd_named("studies.sarl.dev")["spec"]
+    assert spec["group"] == "sarl.dev" and spec["scope"] == "Namespaced"
+    assert (spec["names"]["plural"], spec["names"]["kind"]) == ("studies", "Study")
+    (version,) = spec["versions"]
+    assert version["subresources"] == {"status": {}}
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    for field in ("total", "pending", "running", "succeeded", "failed"):
+        assert status[field]["type"] == "integer"
+    for field in ("mlflowParentRunId", "mlflowRunUrl", "reportUri"):
+        assert status[field]["type"] == "string"
+
+
+@pytest.mark.parametrize("path", STUDY_EXAMPLES, ids=lambda p: p.name)
+def test_study_crd_accepts_every_example_study(study_schema: dict[str, Any], path: Path) -> None:
+    """What ``sarl submit`` stores for an example Study (its validated spec) fits the CRD."""
+    from sarl.spec.loader import load_study
+
+    document = load_study(path).model_dump(mode="json")
+    errors = [e.message for e in _validator(study_schema).iter_errors(document)]
+    assert not errors, f"{path.name}: {errors}"
+
+
+@pytest.mark.parametrize("name", ["experiments.sarl.dev", "studies.sarl.dev"])
+def test_schema_is_structural(name: str) -> None:
+    (version,) = _crd_named(name)["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
     for path, node in _nodes(schema):
         bad = FORBIDDEN & set(node)
         assert not bad, f"{path or '<root>'}: {sorted(bad)}"

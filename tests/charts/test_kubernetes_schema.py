@@ -31,10 +31,12 @@ def test_core_objects_validate(case: Case) -> None:
         _validate(obj)
 
 
-def test_crd_validates() -> None:
+def test_crds_validate() -> None:
     crds = chart_crds(PLATFORM)
-    assert [c["metadata"]["name"] for c in crds] == ["experiments.sarl.dev"]
-    _validate(crds[0])
+    names = sorted(c["metadata"]["name"] for c in crds)
+    assert names == ["experiments.sarl.dev", "studies.sarl.dev"]
+    for crd in crds:
+        _validate(crd)
 
 
 def test_validator_catches_a_bad_object() -> None:

@@ -62,7 +62,11 @@ def test_common_labels_are_added() -> None:
 
 
 def test_crd_labels() -> None:
-    """The CRD is generated (not templated), so it carries the release-independent labels only."""
-    labels = chart_crds(PLATFORM)[0]["metadata"]["labels"]
-    assert labels["app.kubernetes.io/part-of"] == "sarl"
-    assert labels["app.kubernetes.io/component"] == "crd"
+    """The CRDs are generated (not templated), so they carry the release-independent labels
+    only."""
+    crds = chart_crds(PLATFORM)
+    assert len(crds) == 2
+    for crd in crds:
+        labels = crd["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "sarl"
+        assert labels["app.kubernetes.io/component"] == "crd"

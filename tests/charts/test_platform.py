@@ -144,8 +144,14 @@ def test_operator_is_wired_to_the_platform(case: Case) -> None:
 
 
 NEEDED = {
-    ("sarl.dev", "experiments"): {"get", "list", "watch", "patch"},
+    # A Study creates its arm x seed Experiments.
+    ("sarl.dev", "experiments"): {"get", "list", "watch", "create", "patch", "delete"},
     ("sarl.dev", "experiments/status"): {"get", "patch"},
+    ("sarl.dev", "studies"): {"get", "list", "watch", "patch"},
+    ("sarl.dev", "studies/status"): {"get", "patch"},
+    # kopf's finalizer (the Study has a timer), and blockOwnerDeletion on its children.
+    ("sarl.dev", "studies/finalizers"): {"update"},
+    ("batch", "jobs"): {"get", "create"},
     ("kubeflow.org", "pytorchjobs"): {"get", "list", "watch", "create", "patch", "delete"},
     ("serving.kserve.io", "inferenceservices"): {
         "get",

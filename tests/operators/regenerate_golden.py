@@ -2,7 +2,8 @@
 
 The only way these golden files change: run ``python tests/operators/regenerate_golden.py`` after
 changing a builder, review the diff, commit it. ``--check`` exits 1 when a golden file is stale.
-``tests/operators/test_builders.py`` compares them byte for byte.
+``tests/operators/test_builders.py`` (Experiments) and ``test_study_builders.py`` (Studies,
+``study_cases.py``) compare them byte for byte.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.operators.cases import CASES, golden_path, golden_text
+from tests.operators.study_cases import golden_files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,8 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a golden file is stale")
     args = parser.parse_args(argv)
     stale: list[Path] = []
-    for case in CASES:
-        path, content = golden_path(case), golden_text(case)
+    expected = {golden_path(case): golden_text(case) for case in CASES} | golden_files()
+    for path, content in expected.items():
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == content:
             continue

@@ -131,15 +131,27 @@ clients in other pods (the operator, training jobs) are not rejected.
 
 {{/* Rules the operator's handlers need on the watched namespaces (ClusterRole or Role). */}}
 {{- define "sarl-platform.operatorRules" -}}
-# The Experiment resources: watch them, patch their status, own their children.
+# The Experiment resources: watch them, patch their status, own their children; a Study
+# creates its arm x seed Experiments (deleting them is left to the garbage collector).
 - apiGroups: ["sarl.dev"]
   resources: ["experiments"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
 - apiGroups: ["sarl.dev"]
   resources: ["experiments/status"]
   verbs: ["get", "patch", "update"]
 - apiGroups: ["sarl.dev"]
   resources: ["experiments/finalizers"]
+  verbs: ["update"]
+# The Study resources: watch them, patch their status, own their Experiments, ConfigMap and
+# report Job (finalizers: kopf's own, and blockOwnerDeletion on the children).
+- apiGroups: ["sarl.dev"]
+  resources: ["studies"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["sarl.dev"]
+  resources: ["studies/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["sarl.dev"]
+  resources: ["studies/finalizers"]
   verbs: ["update"]
 # The children the builders produce: training jobs, inference services, the spec ConfigMap.
 - apiGroups: ["kubeflow.org"]
@@ -151,7 +163,7 @@ clients in other pods (the operator, training jobs) are not rejected.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# The evaluation Job run once training has Succeeded.
+# The evaluation Job run once training has Succeeded, and a Study's report Job.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]

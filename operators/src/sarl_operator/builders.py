@@ -98,13 +98,16 @@ def labels(exp: Experiment, component: str | None = None) -> dict[str, str]:
     return out
 
 
-def owned(obj: Mapping[str, Any], owner_meta: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``obj`` owned (controller reference) by the Experiment with ``owner_meta``,
-    so that deleting the Experiment garbage-collects it."""
+def owned(
+    obj: Mapping[str, Any], owner_meta: Mapping[str, Any], kind: str = "Experiment"
+) -> dict[str, Any]:
+    """A copy of ``obj`` owned (controller reference) by the ``sarl.dev`` resource of ``kind``
+    (an Experiment, or a Study for its Experiments) with ``owner_meta``, so that deleting the
+    owner garbage-collects it."""
     out = copy.deepcopy(dict(obj))
     ref = {
         "apiVersion": "sarl.dev/v1alpha1",
-        "kind": "Experiment",
+        "kind": kind,
         "name": owner_meta["name"],
         "uid": owner_meta["uid"],
         "controller": True,
@@ -225,14 +228,20 @@ def checkpoint_uri(exp: Experiment, namespace: str, platform: Platform = DEFAULT
 
 
 def job_env(
-    exp: Experiment, namespace: str, mlflow_run_id: str, tracking_uri: str, platform: Platform
+    exp: Experiment,
+    namespace: str,
+    mlflow_run_id: str,
+    tracking_uri: str,
+    platform: Platform,
+    config_file: str = CONFIG_FILE,
 ) -> list[dict[str, Any]]:
-    """Environment of the trainer (and evaluation) containers: config, MLflow, checkpoints, S3."""
+    """Environment of the trainer (and evaluation, Study report) containers: config (the file
+    ``config_file`` of the mounted ConfigMap), MLflow, checkpoints, S3."""
     storage = exp.spec.storage
     tracking = exp.spec.tracking.mlflow_uri or tracking_uri
     env: list[dict[str, Any]] = [
         {"name": "SARL_EXPERIMENT", "value": exp.name},
-        {"name": "SARL_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
+        {"name": "SARL_CONFIG", "value": f"{CONFIG_DIR}/{config_file}"},
         {"name": "MLFLOW_TRACKING_URI", "value": tracking},
         {"name": "MLFLOW_RUN_ID", "value": mlflow_run_id},
         {"name": "SARL_CHECKPOINT_URI", "value": checkpoint_uri(exp, namespace, platform)},

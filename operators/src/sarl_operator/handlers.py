@@ -156,8 +156,10 @@ def _patch_status(
     patch: MutableMapping[str, Any],
     desired: Mapping[str, Any],
     post_event: PostEvent,
+    watched: frozenset[str] = OPERATOR_CONDITIONS,
 ) -> None:
-    """Put the changed status fields into kopf's patch; an Event per transition."""
+    """Put the changed status fields into kopf's patch; an Event per transition of the phase
+    and of the ``watched`` condition types (the operator's own)."""
     current = body.get("status") or {}
     changes = status_patch(current, desired)
     if changes is None:
@@ -169,7 +171,7 @@ def _patch_status(
         post_event(body, kind, f"Phase{phase}", f"phase {current.get('phase')} -> {phase}")
     before = {c.get("type"): c.get("status") for c in current.get("conditions") or []}
     for cond in changes.get("conditions") or []:
-        if cond["type"] in OPERATOR_CONDITIONS and before.get(cond["type"]) != cond["status"]:
+        if cond["type"] in watched and before.get(cond["type"]) != cond["status"]:
             kind = "Warning" if cond["status"] == "False" else "Normal"
             message = f"{cond['type']}={cond['status']}: {cond.get('message', '')}".rstrip(": ")
             post_event(body, kind, str(cond.get("reason") or cond["type"]), message)
@@ -388,3 +390,9 @@ def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         post_event=_kopf_event,
         progress=read_progress(settings, exp, run_id),
     )
+
+
+# kopf registers handlers when their module is imported, and the operator runs this module
+# (`kopf run -m sarl_operator.handlers`): importing the Study handlers here registers them too.
+# Last, because they build on this module.
+from sarl_operator import study_handlers  # noqa: E402, F401

@@ -61,20 +61,29 @@ def condition(
     return out
 
 
-def eval_condition(job: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``Evaluated`` from a batch/v1 Job: Complete → True, Failed → False, else Unknown."""
+def batch_job_condition(
+    job: Mapping[str, Any] | None, type_: str, reason_prefix: str, failed_message: str
+) -> dict[str, Any]:
+    """Condition ``type_`` from a batch/v1 Job: Complete → True, Failed → False, else Unknown;
+    reasons ``<prefix>Succeeded``, ``<prefix>Failed``, ``<prefix>Running``, ``<prefix>Pending``
+    (no Job yet, or not started)."""
     status = (job or {}).get("status") or {}
     true_types = {
         c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"
     }
     if "Failed" in true_types:
-        return condition("Evaluated", "False", "EvaluationFailed", "evaluation Job failed")
+        return condition(type_, "False", f"{reason_prefix}Failed", failed_message)
     if "Complete" in true_types:
-        return condition("Evaluated", "True", "EvaluationSucceeded")
+        return condition(type_, "True", f"{reason_prefix}Succeeded")
     if job is None:
-        return condition("Evaluated", "Unknown", "EvaluationPending")
-    reason = "EvaluationRunning" if status.get("active") else "EvaluationPending"
-    return condition("Evaluated", "Unknown", reason)
+        return condition(type_, "Unknown", f"{reason_prefix}Pending")
+    reason = f"{reason_prefix}Running" if status.get("active") else f"{reason_prefix}Pending"
+    return condition(type_, "Unknown", reason)
+
+
+def eval_condition(job: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``Evaluated`` from the evaluation Job (see :func:`batch_job_condition`)."""
+    return batch_job_condition(job, "Evaluated", "Evaluation", "evaluation Job failed")
 
 
 def failed_status(message: str, generation: int | None, now: str) -> dict[str, Any]:
@@ -87,7 +96,7 @@ def failed_status(message: str, generation: int | None, now: str) -> dict[str, A
     }
 
 
-def _stamped(
+def stamped(
     own: Sequence[Mapping[str, Any]], current: Sequence[Mapping[str, Any]], now: str
 ) -> list[dict[str, Any]]:
     """``own`` with lastTransitionTime kept from ``current`` when the status did not change."""
@@ -132,7 +141,7 @@ def desired_status(
         "conditions": [
             *job_conditions(job),
             *carried,
-            *_stamped(conditions, current_conditions, now),
+            *stamped(conditions, current_conditions, now),
         ],
     }
     if checkpoint_uri:

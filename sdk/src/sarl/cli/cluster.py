@@ -1,10 +1,15 @@
-"""``sarl submit|status|logs|delete|wait``: Experiments on a Kubernetes cluster from the shell.
+"""``sarl submit|status|logs|delete|wait``: Experiments and Studies on a Kubernetes cluster.
 
 Registered by ``sarl.cli.main``; each command is a thin wrapper over
 :class:`sarl.cluster.ClusterClient` (``kubernetes`` is imported only when a command runs).
 Every command takes ``--kubeconfig``/``--context`` and ``-n/--namespace`` (default: the
-context's namespace). Exit codes: 0 ok; 1 cluster or API error, or the Experiment ended
+context's namespace). Exit codes: 0 ok; 1 cluster or API error, or the Experiment (Study) ended
 ``Failed`` (``wait``, ``submit --wait``), one ``error:`` line on stderr; 2 invalid spec or usage.
+
+Studies: ``submit`` dispatches on the document's ``kind``. ``status``, ``wait`` and ``delete``
+take a NAME that is looked up as an Experiment first and, when no Experiment has that name, as
+a Study; ``--kind study`` (or ``experiment``) skips the guess. ``status --kind study`` without a
+NAME lists Studies.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,12 +26,17 @@ from sarl.cli.options import fail
 
 if TYPE_CHECKING:
     from sarl.cluster.client import ClusterClient
-    from sarl.cluster.models import ExperimentInfo
+    from sarl.cluster.models import ExperimentInfo, StudyInfo
 
 
 class Replica(StrEnum):
     master = "master"
     worker = "worker"
+
+
+class Kind(StrEnum):
+    experiment = "experiment"
+    study = "study"
 
 
 KubeconfigOpt = Annotated[
@@ -38,7 +48,15 @@ NamespaceOpt = Annotated[
     str | None,
     typer.Option("--namespace", "-n", help="Namespace (default: the context's, else default)."),
 ]
-NameArg = Annotated[str, typer.Argument(help="Experiment name.")]
+NameArg = Annotated[str, typer.Argument(help="Experiment (or Study) name.")]
+KindOpt = Annotated[
+    Kind | None,
+    typer.Option(
+        "--kind",
+        help="What NAME is (default: an Experiment of that name, else a Study).",
+        show_default=False,
+    ),
+]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait at most.", min=0)]
 IntervalOpt = Annotated[
     float, typer.Option("--interval", help="Seconds between status polls.", min=0.01)
@@ -66,15 +84,46 @@ def _client(kubeconfig: Path | None, context: str | None, namespace: str | None)
     return ClusterClient(kubeconfig=kubeconfig, context=context, namespace=namespace)
 
 
+def _find(
+    client: ClusterClient, name: str, namespace: str | None, kind: Kind | None
+) -> ExperimentInfo | StudyInfo:
+    """The Experiment or Study ``name`` (see the module docstring for the lookup order)."""
+    from sarl.cluster.errors import CrdNotInstalled, ExperimentNotFound, StudyNotFound
+
+    if kind is Kind.study:
+        return client.get_study(name, namespace=namespace)
+    try:
+        return client.get(name, namespace=namespace)
+    except ExperimentNotFound as missing:
+        if kind is Kind.experiment:
+            raise
+        try:
+            return client.get_study(name, namespace=namespace)
+        except CrdNotInstalled:
+            # No Studies on this cluster: NAME was meant as an Experiment.
+            raise missing from missing.__cause__
+        except StudyNotFound as e:
+            ns = namespace or client.namespace
+            raise ExperimentNotFound(
+                f"experiment or study {name} not found in namespace {ns}"
+            ) from e
+
+
+def _kind_of(info: ExperimentInfo | StudyInfo) -> Kind:
+    from sarl.cluster.models import StudyInfo
+
+    return Kind.study if isinstance(info, StudyInfo) else Kind.experiment
+
+
 @contextmanager
-def _progress(name: str) -> Iterator[Callable[[ExperimentInfo], None]]:
+def _progress(name: str) -> Iterator[Callable[[ExperimentInfo | StudyInfo], None]]:
     """A status line on stderr (animated on a terminal; one line per change otherwise)."""
     from rich.console import Console
 
     console = Console(stderr=True)
     last: list[str] = []
 
-    def line(info: ExperimentInfo) -> str:
+    def line(info: ExperimentInfo | StudyInfo) -> str:
         return f"{name}: {info.status.summary()} (age {info.age()})"
 
     if console.is_terminal:
@@ -82,7 +131,7 @@ def _progress(name: str) -> Iterator[Callable[[ExperimentInfo], None]]:
             yield lambda info: status.update(line(info))
         return
 
-    def changed(info: ExperimentInfo) -> None:
+    def changed(info: ExperimentInfo | StudyInfo) -> None:
         summary = info.status.summary()
         if not last or last[-1] != summary:
             last.append(summary)
@@ -98,10 +147,13 @@ def _wait_and_report(
     until: str | None,
     timeout: float,
     interval: float,
+    kind: Kind = Kind.experiment,
 ) -> None:
     """Wait, print the final phase; exit 1 if it ended Failed."""
+    info: ExperimentInfo | StudyInfo
     with _progress(name) as on_poll:
-        info = client.wait(
+        wait: Any = client.wait_study if kind is Kind.study else client.wait
+        info = wait(
             name,
             namespace=namespace,
             until=until,
@@ -111,16 +163,53 @@ def _wait_and_report(
         )
     if info.phase == "Failed":
         why = info.status.failure_message()
-        typer.echo(f"error: experiment {name} Failed" + (f": {why}" if why else ""), err=True)
+        typer.echo(f"error: {kind.value} {name} Failed" + (f": {why}" if why else ""), err=True)
         raise typer.Exit(code=1)
-    typer.echo(f"experiment {name} {info.status.summary()}")
+    typer.echo(f"{kind.value} {name} {info.status.summary()}")
+
+
+def _submit_study(
+    path: Path,
+    namespace: str | None,
+    replace: bool,
+    wait: bool,
+    timeout: float,
+    interval: float,
+    kubeconfig: Path | None,
+    context: str | None,
+) -> None:
+    from sarl.cluster.client import load_study_for_cluster
+    from sarl.cluster.errors import AlreadyExists
+
+    study, _ = load_study_for_cluster(path)  # invalid → exit 2 before any connection
+    client = _client(kubeconfig, context, namespace)
+    try:
+        info, action = client.submit_study(study, namespace=namespace), "created"
+    except AlreadyExists:
+        if not replace:
+            raise
+        info, action = client.replace_study(study, namespace=namespace), "replaced"
+    spec = study.spec
+    at_once = f"at most {spec.parallelism} at once" if spec.parallelism else "all at once"
+    typer.echo(
+        f"study {info.name} {action} in namespace {info.namespace}: "
+        f"{len(spec.arms) * len(spec.seeds)} runs ({len(spec.arms)} arms x "
+        f"{len(spec.seeds)} seeds), {at_once}"
+    )
+    if wait:
+        _wait_and_report(
+            client, info.name, info.namespace, None, timeout, interval, kind=Kind.study
+        )
 
 
 def submit_command(
-    experiment: Annotated[Path, typer.Argument(help="Experiment YAML (sarl.dev/v1alpha1).")],
+    experiment: Annotated[
+        Path, typer.Argument(help="Experiment or Study YAML (sarl.dev/v1alpha1).")
+    ],
     namespace: NamespaceOpt = None,
     replace: Annotated[
-        bool, typer.Option("--replace", help="Replace the spec of an existing Experiment.")
+        bool,
+        typer.Option("--replace", help="Replace the spec of an existing Experiment (Study)."),
     ] = False,
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait until it Succeeded (exit 0) or Failed (exit 1).")
@@ -130,11 +219,16 @@ def submit_command(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Validate an Experiment and create it on the cluster (the operator runs it)."""
-    from sarl.cluster.client import load_for_cluster
+    """Validate an Experiment (or a Study: every arm x seed) and create it on the cluster."""
+    from sarl.cluster.client import is_study_source, load_for_cluster
     from sarl.cluster.errors import AlreadyExists
 
     with _errors():
+        if is_study_source(experiment):
+            _submit_study(
+                experiment, namespace, replace, wait, timeout, interval, kubeconfig, context
+            )
+            return
         exp, _ = load_for_cluster(experiment)  # invalid → exit 2 before any connection
         client = _client(kubeconfig, context, namespace)
         try:
@@ -149,28 +243,47 @@ def submit_command(
 
 
 def status_command(
-    name: Annotated[str | None, typer.Argument(help="Experiment name (omit to list).")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="Experiment or Study name (omit to list).")
+    ] = None,
     namespace: NamespaceOpt = None,
     all_namespaces: Annotated[
         bool, typer.Option("--all-namespaces", "-A", help="List in every namespace.")
     ] = False,
+    kind: KindOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Show one Experiment in detail, or list them like `kubectl get experiments`."""
+    """Show one Experiment or Study in detail, or list them like `kubectl get experiments`
+    (`--kind study`: Studies, with their runs by phase)."""
     if name and all_namespaces:
         raise fail("give a NAME or --all-namespaces, not both")
+    from sarl.cluster.models import StudyInfo
+
     with _errors():
         client = _client(kubeconfig, context, namespace)
         if name:
-            typer.echo(details(client.get(name, namespace=namespace)))
+            info = _find(client, name, namespace, kind)
+            if isinstance(info, StudyInfo):
+                runs = client.study_runs(name, namespace=info.namespace)
+                typer.echo(study_details(info, runs))
+            else:
+                typer.echo(details(info))
             return
-        infos = client.list(namespace=namespace, all_namespaces=all_namespaces)
-    if not infos:
+        if kind is Kind.study:
+            studies = client.list_studies(namespace=namespace, all_namespaces=all_namespaces)
+        else:
+            infos = client.list(namespace=namespace, all_namespaces=all_namespaces)
+    found = studies if kind is Kind.study else infos
+    if not found:
         where = "any namespace" if all_namespaces else f"namespace {namespace or client.namespace}"
-        typer.echo(f"No experiments found in {where}.", err=True)
+        noun = "studies" if kind is Kind.study else "experiments"
+        typer.echo(f"No {noun} found in {where}.", err=True)
         return
-    typer.echo(table(infos, with_namespace=all_namespaces))
+    if kind is Kind.study:
+        typer.echo(study_table(studies, with_namespace=all_namespaces))
+    else:
+        typer.echo(table(infos, with_namespace=all_namespaces))
 
 
 def logs_command(
@@ -235,15 +348,22 @@ def delete_command(
         bool, typer.Option("--wait", help="Return once it and its children are gone.")
     ] = False,
     timeout: TimeoutOpt = 300.0,
+    kind: KindOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Delete an Experiment; its ConfigMap, PyTorchJob and InferenceServices go with it."""
+    """Delete an Experiment (its ConfigMap, PyTorchJob and InferenceServices go with it), or a
+    Study (its Experiments, ConfigMap and report Job go with it)."""
     with _errors():
         client = _client(kubeconfig, context, namespace)
-        client.delete(name, namespace=namespace, wait=wait, timeout=timeout)
+        if kind is None:
+            kind = _kind_of(_find(client, name, namespace, kind))
+        if kind is Kind.study:
+            client.delete_study(name, namespace=namespace, wait=wait, timeout=timeout)
+        else:
+            client.delete(name, namespace=namespace, wait=wait, timeout=timeout)
     ns = namespace or client.namespace
-    typer.echo(f"experiment {name} deleted from namespace {ns}")
+    typer.echo(f"{kind.value} {name} deleted from namespace {ns}")
 
 
 def wait_command(
@@ -255,16 +375,21 @@ def wait_command(
     ] = None,
     timeout: TimeoutOpt = 3600.0,
     interval: IntervalOpt = 5.0,
+    kind: KindOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Wait for an Experiment's phase; exit 1 if it ends Failed or the timeout passes."""
+    """Wait for an Experiment's (or Study's) phase; exit 1 if it ends Failed or the timeout
+    passes."""
     from sarl.cluster.client import wanted_phases
 
     with _errors():
         wanted_phases(until)  # a typo in --for is a usage error (2), before connecting
         client = _client(kubeconfig, context, namespace)
-        _wait_and_report(client, name, namespace or client.namespace, until, timeout, interval)
+        if kind is None:
+            kind = _kind_of(_find(client, name, namespace, kind))
+        ns = namespace or client.namespace
+        _wait_and_report(client, name, ns, until, timeout, interval, kind=kind)
 
 
 # ---- rendering (plain text, aligned like kubectl, safe to grep) ----
@@ -276,6 +401,14 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def _aligned(head: list[str], rows: list[list[str]], indent: str = "") -> str:
+    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
+    return "\n".join(
+        indent + "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [head, *rows]
+    )
 
 
 def table(infos: list[ExperimentInfo], *, with_namespace: bool = False) -> str:
@@ -295,11 +428,30 @@ def table(infos: list[ExperimentInfo], *, with_namespace: bool = False) -> str:
     if with_namespace:
         head = ["NAMESPACE", *head]
         rows = [[i.namespace, *row] for i, row in zip(infos, rows, strict=True)]
-    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
-    return "\n".join(
-        "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [head, *rows]
-    )
+    return _aligned(head, rows)
+
+
+def study_table(infos: list[StudyInfo], *, with_namespace: bool = False) -> str:
+    """``NAME PHASE TOTAL PENDING RUNNING SUCCEEDED FAILED MLFLOW AGE`` (the CRD's columns)."""
+    head = ["NAME", "PHASE", "TOTAL", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "MLFLOW", "AGE"]
+    rows = [
+        [
+            i.name,
+            _cell(i.phase),
+            _cell(i.status.total),
+            _cell(i.status.pending),
+            _cell(i.status.running),
+            _cell(i.status.succeeded),
+            _cell(i.status.failed),
+            _cell(i.status.mlflow_run_url),
+            i.age(),
+        ]
+        for i in infos
+    ]
+    if with_namespace:
+        head = ["NAMESPACE", *head]
+        rows = [[i.namespace, *row] for i, row in zip(infos, rows, strict=True)]
+    return _aligned(head, rows)
 
 
 def details(info: ExperimentInfo) -> str:
@@ -318,9 +470,62 @@ def details(info: ExperimentInfo) -> str:
         ("Age", info.age()),
     ]
     out = [f"{k + ':':15}{v}" for k, v in fields]
-    out.append("Conditions:" if st.conditions else "Conditions:    -")
-    for c in st.conditions:
+    out += _conditions(st.conditions)
+    return "\n".join(out)
+
+
+def _conditions(conditions: tuple[Any, ...]) -> list[str]:
+    out = ["Conditions:" if conditions else "Conditions:    -"]
+    for c in conditions:
         reason = f" {c.reason}" if c.reason else ""
         message = f": {c.message}" if c.message else ""
         out.append(f"  {c.type}={c.status}{reason}{message}")
+    return out
+
+
+def study_details(info: StudyInfo, runs: list[ExperimentInfo]) -> str:
+    """A ``kubectl describe``-like view of one Study: its runs by phase, the MLflow parent run,
+    the report, conditions, and each arm x seed Experiment."""
+    st, spec = info.status, info.spec
+    arms = [str(a.get("name")) for a in spec.get("arms") or [] if isinstance(a, dict)]
+    seeds = [str(s) for s in spec.get("seeds") or []]
+    counts = "-"
+    if st.total is not None:
+        counts = (
+            f"{st.total} total: {st.pending or 0} pending, {st.running or 0} running, "
+            f"{st.succeeded or 0} succeeded, {st.failed or 0} failed"
+        )
+    fields = [
+        ("Name", info.name),
+        ("Namespace", info.namespace),
+        ("Phase", _cell(st.phase)),
+        ("Runs", counts),
+        ("Arms", ", ".join(arms) or "-"),
+        ("Seeds", ", ".join(seeds) or "-"),
+        ("Reference", _cell(spec.get("reference") or (arms[0] if arms else ""))),
+        ("Parallelism", _cell(spec.get("parallelism") or "all")),
+        ("MLflow run", _cell(st.mlflow_run_url)),
+        ("MLflow run id", _cell(st.mlflow_parent_run_id)),
+        ("Report", _cell(st.report_uri)),
+        ("Generation", f"{_cell(info.generation)} (observed {_cell(st.observed_generation)})"),
+        ("Age", info.age()),
+    ]
+    out = [f"{k + ':':15}{v}" for k, v in fields]
+    out += _conditions(st.conditions)
+    if not runs:
+        out.append("Experiments:   -")
+        return "\n".join(out)
+    out.append("Experiments:")
+    rows = [
+        [
+            r.name,
+            r.labels.get("sarl.dev/arm", "-"),
+            r.labels.get("sarl.dev/seed", "-"),
+            _cell(r.phase),
+            _cell(r.status.last_step),
+            _cell(r.status.last_reward),
+        ]
+        for r in runs
+    ]
+    out.append(_aligned(["NAME", "ARM", "SEED", "PHASE", "STEP", "REWARD"], rows, indent="  "))
     return "\n".join(out)

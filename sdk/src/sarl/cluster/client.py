@@ -1,17 +1,21 @@
-"""``ClusterClient``: submit, inspect, wait for, read logs of and delete Experiments on a cluster.
+"""``ClusterClient``: submit, inspect, wait for, read logs of and delete Experiments (and
+Studies) on a cluster.
 
 ``sarl.Client()`` is this client (``sdk/src/sarl/client.py``); the ``sarl submit|status|logs|
 delete|wait`` commands (:mod:`sarl.cli.cluster`) call it. It talks to the API server with the
-``kubernetes`` client (the ``cluster`` extra) and needs the platform chart's CRD
-(``experiments.sarl.dev``); the operator turns each Experiment into its children (ConfigMap,
-PyTorchJob, InferenceServices, all owned by the Experiment) and writes ``status``.
+``kubernetes`` client (the ``cluster`` extra) and needs the platform chart's CRDs
+(``experiments.sarl.dev``, ``studies.sarl.dev``); the operator turns each Experiment into its
+children (ConfigMap, PyTorchJob, InferenceServices, all owned by the Experiment) and each Study
+into one Experiment per arm x seed (owned by the Study) and a report, and writes ``status``.
+``submit`` takes either kind (dispatching on ``kind``); the other Study calls are
+``get_study``, ``list_studies``, ``study_runs``, ``wait_study`` and ``delete_study``.
 
 Failure outcomes (all :class:`~sarl.cluster.errors.ClusterError`, one-line messages):
 invalid spec → ``sarl.spec.SpecError`` before any request; CRD missing → ``CrdNotInstalled``;
-401/403 → ``NotAllowed``; absent → ``ExperimentNotFound``; name taken → ``AlreadyExists``;
-refused / timed out / no kubeconfig → ``ClusterUnreachable``; waits running out → ``WaitTimeout``.
-Every request has a (connect, read) timeout; reads are retried a bounded number of times,
-writes never (see :mod:`sarl.cluster.connection`).
+401/403 → ``NotAllowed``; absent → ``ExperimentNotFound`` / ``StudyNotFound``; name taken →
+``AlreadyExists``; refused / timed out / no kubeconfig → ``ClusterUnreachable``; waits running
+out → ``WaitTimeout``. Every request has a (connect, read) timeout; reads are retried a bounded
+number of times, writes never (see :mod:`sarl.cluster.connection`).
 """
 
 from __future__ import annotations
@@ -21,34 +25,46 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from sarl.cluster import pods
 from sarl.cluster.connection import Connection, connect
 from sarl.cluster.errors import (
     INSTALL_CHART,
+    INSTALL_STUDY_CRD,
     AlreadyExists,
     ClusterError,
     CrdNotInstalled,
     ExperimentNotFound,
     NoPod,
+    StudyNotFound,
     Target,
     WaitTimeout,
     api_error,
 )
-from sarl.cluster.models import PHASES, TERMINAL_PHASES, ExperimentInfo, ExperimentStatus
+from sarl.cluster.models import (
+    PHASES,
+    TERMINAL_PHASES,
+    ExperimentInfo,
+    ExperimentStatus,
+    StudyInfo,
+)
 from sarl.spec.experiment import API_VERSION, KIND, Experiment
-from sarl.spec.loader import SpecError, load_document, validate_document
+from sarl.spec.loader import SpecError, load_document, load_study, validate_document
+from sarl.spec.study import LABEL_STUDY, STUDY_KIND, Study, is_study_document
 
 GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
 PLURAL: Final = "experiments"
+STUDY_PLURAL: Final = "studies"
 #: (connect, read) seconds per request.
 DEFAULT_TIMEOUT: Final = (5.0, 30.0)
 
 ExperimentSource = Experiment | dict[str, Any] | str | Path
+StudySource = Study | dict[str, Any] | str | Path
 #: Called with each ExperimentInfo seen while waiting (the CLI draws its status line with it).
 OnPoll = Callable[[ExperimentInfo], None]
+OnStudyPoll = Callable[[StudyInfo], None]
 
 
 #: Stands in for the URL of a chat endpoint the operator will serve, during local validation.
@@ -79,6 +95,50 @@ def load_for_cluster(source: ExperimentSource) -> tuple[Experiment, dict[str, An
         if endpoint.get("url") == _SERVED:
             del endpoint["url"]
     return exp, stored
+
+
+def load_study_for_cluster(source: StudySource) -> tuple[Study, dict[str, Any]]:
+    """Validate a Study as the operator will (``SpecError`` naming the field) and return it
+    with the spec to store: the Study itself, then every arm x seed Experiment it expands to
+    with the checks of :func:`load_for_cluster` (the same ``check_cluster`` the Experiment
+    submit path and the operator run), an error naming the arm and seed. Chat endpoints the
+    operator would serve (a model without URL) are not supported in a Study: name their URL."""
+    study = load_study(source)
+    arms = [arm.name for arm in study.spec.arms]
+    for run in study.runs():
+        try:
+            load_for_cluster(run.experiment)
+        except SpecError as e:
+            index = arms.index(run.arm)
+            raise SpecError(f"spec.arms[{index}] ({run.arm}, seed {run.seed}): {e}") from e
+    return study, study.spec.model_dump(mode="json")
+
+
+def is_study_source(source: ExperimentSource | StudySource) -> bool:
+    """Whether ``source`` is a Study (or a document, file or text declaring ``kind: Study``);
+    a document that cannot be read is not (the Experiment path reports why)."""
+    if isinstance(source, Study):
+        return True
+    if isinstance(source, Experiment):
+        return False
+    try:
+        data, _ = load_document(source)
+    except SpecError:
+        return False
+    return is_study_document(data)
+
+
+def study_body(study: Study, namespace: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The custom object for ``study`` (the spec as validated, presets applied)."""
+    meta: dict[str, Any] = {"name": study.name, "namespace": namespace}
+    if study.metadata.labels:
+        meta["labels"] = dict(study.metadata.labels)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": STUDY_KIND,
+        "metadata": meta,
+        "spec": spec if spec is not None else study.spec.model_dump(mode="json"),
+    }
 
 
 def experiment_body(
@@ -152,7 +212,7 @@ class ClusterClient:
             retries=retries,
             backoff=backoff,
         )
-        self._crd_seen = False
+        self._crd_seen: set[str] = set()
 
     @property
     def namespace(self) -> str:
@@ -166,27 +226,46 @@ class ClusterClient:
 
     # ---- Experiments ----
 
+    @overload
     def submit(
-        self, experiment: ExperimentSource, *, namespace: str | None = None, replace: bool = False
-    ) -> ExperimentInfo:
-        """Validate locally (``SpecError`` before any request), then create the Experiment.
+        self, experiment: Study, *, namespace: str | None = None, replace: bool = False
+    ) -> StudyInfo: ...
+
+    @overload
+    def submit(
+        self, experiment: Experiment, *, namespace: str | None = None, replace: bool = False
+    ) -> ExperimentInfo: ...
+
+    @overload
+    def submit(
+        self,
+        experiment: dict[str, Any] | str | Path,
+        *,
+        namespace: str | None = None,
+        replace: bool = False,
+    ) -> ExperimentInfo | StudyInfo: ...
+
+    def submit(
+        self,
+        experiment: ExperimentSource | StudySource,
+        *,
+        namespace: str | None = None,
+        replace: bool = False,
+    ) -> ExperimentInfo | StudyInfo:
+        """Validate locally (``SpecError`` before any request), then create the Experiment, or
+        the Study when ``experiment`` is one (a document with ``kind: Study``, see
+        :meth:`submit_study`).
 
         An existing Experiment of that name → ``AlreadyExists``, or with ``replace=True`` its
         spec is replaced (:meth:`replace`) and the operator reconciles the new spec.
         """
-        exp, spec = load_for_cluster(experiment)
+        if not isinstance(experiment, Experiment) and is_study_source(experiment):
+            return self.submit_study(experiment, namespace=namespace, replace=replace)
+        exp, spec = load_for_cluster(experiment)  # type: ignore[arg-type]  # not a Study
         ns = self._submit_namespace(exp, namespace)
-        self._require_crd()
+        body = experiment_body(exp, ns, spec)
         try:
-            with self._translate(Target("create", ns, exp.name)):
-                obj = self._conn.call(
-                    self._custom().create_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    ns,
-                    PLURAL,
-                    experiment_body(exp, ns, spec),
-                )
+            obj = self._create(body, PLURAL)
         except AlreadyExists:
             if not replace:
                 raise
@@ -204,26 +283,7 @@ class ClusterClient:
         """
         exp, spec = load_for_cluster(experiment)
         ns = self._submit_namespace(exp, namespace)
-        current = self._get_object(exp.name, ns)
-        body = experiment_body(exp, ns, spec)
-        meta = current.get("metadata") or {}
-        patch: dict[str, Any] = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion")},
-            "spec": merge_patch(current.get("spec") or {}, body["spec"]),
-        }
-        if "labels" in body["metadata"]:
-            patch["metadata"]["labels"] = body["metadata"]["labels"]
-        with self._translate(Target("replace", ns, exp.name)):
-            obj = self._conn.call(
-                self._custom().patch_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                ns,
-                PLURAL,
-                exp.name,
-                patch,
-            )
-        return ExperimentInfo.from_object(obj)
+        return ExperimentInfo.from_object(self._replace(experiment_body(exp, ns, spec), PLURAL))
 
     def get(self, name: str, *, namespace: str | None = None) -> ExperimentInfo:
         """The Experiment ``name`` (``ExperimentNotFound`` if absent)."""
@@ -238,18 +298,7 @@ class ClusterClient:
     ) -> builtins.list[ExperimentInfo]:
         """Experiments in ``namespace`` (or in every namespace), sorted by namespace and name."""
         ns = None if all_namespaces else self._ns(namespace)
-        self._require_crd()
-        api = self._custom()
-        with self._translate(Target("list", ns)):
-            if ns is None:
-                out = self._conn.call(
-                    api.list_cluster_custom_object, GROUP, VERSION, PLURAL, read=True
-                )
-            else:
-                out = self._conn.call(
-                    api.list_namespaced_custom_object, GROUP, VERSION, ns, PLURAL, read=True
-                )
-        infos = [ExperimentInfo.from_object(item) for item in out.get("items") or []]
+        infos = [ExperimentInfo.from_object(item) for item in self._list(ns, PLURAL)]
         return sorted(infos, key=lambda i: (i.namespace, i.name))
 
     def wait(
@@ -300,34 +349,105 @@ class ClusterClient:
         """Delete the Experiment; the garbage collector deletes its children (owner
         references). ``wait=True`` uses foreground deletion (the Experiment disappears only
         after its children) and polls until it is gone, up to ``timeout`` seconds."""
+        self._delete(name, self._ns(namespace), PLURAL, wait, timeout, poll_interval)
+
+    # ---- Studies ----
+
+    def submit_study(
+        self, study: StudySource, *, namespace: str | None = None, replace: bool = False
+    ) -> StudyInfo:
+        """Validate locally (the Study and each arm x seed Experiment, ``SpecError`` before any
+        request, see :func:`load_study_for_cluster`), then create the Study; the operator
+        creates its Experiments. Name taken → ``AlreadyExists``, or with ``replace=True`` the
+        spec is replaced (:meth:`replace_study`)."""
+        parsed, spec = load_study_for_cluster(study)
+        ns = self._submit_namespace(parsed, namespace)
+        try:
+            obj = self._create(study_body(parsed, ns, spec), STUDY_PLURAL)
+        except AlreadyExists:
+            if not replace:
+                raise
+            return self.replace_study(parsed, namespace=ns)
+        return StudyInfo.from_object(obj)
+
+    def replace_study(self, study: StudySource, *, namespace: str | None = None) -> StudyInfo:
+        """Replace the spec of an existing Study (a merge patch carrying the stored
+        ``resourceVersion``, as :meth:`replace`). The operator creates the runs the new spec
+        adds; Experiments already created keep the spec they started with."""
+        parsed, spec = load_study_for_cluster(study)
+        ns = self._submit_namespace(parsed, namespace)
+        return StudyInfo.from_object(self._replace(study_body(parsed, ns, spec), STUDY_PLURAL))
+
+    def get_study(self, name: str, *, namespace: str | None = None) -> StudyInfo:
+        """The Study ``name`` (``StudyNotFound`` if absent)."""
+        return StudyInfo.from_object(self._get_object(name, self._ns(namespace), STUDY_PLURAL))
+
+    def list_studies(
+        self, *, namespace: str | None = None, all_namespaces: bool = False
+    ) -> builtins.list[StudyInfo]:
+        """Studies in ``namespace`` (or in every namespace), sorted by namespace and name."""
+        ns = None if all_namespaces else self._ns(namespace)
+        infos = [StudyInfo.from_object(item) for item in self._list(ns, STUDY_PLURAL)]
+        return sorted(infos, key=lambda i: (i.namespace, i.name))
+
+    def study_runs(
+        self, name: str, *, namespace: str | None = None
+    ) -> builtins.list[ExperimentInfo]:
+        """The Experiments of the Study ``name`` (label ``sarl.dev/study``), sorted by name."""
         ns = self._ns(namespace)
-        self._require_crd()
-        policy = "Foreground" if wait else "Background"
-        with self._translate(Target("delete", ns, name)):
-            self._conn.call(
-                self._custom().delete_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                ns,
-                PLURAL,
-                name,
-                propagation_policy=policy,
-            )
-        if not wait:
-            return
+        selector = f"{LABEL_STUDY}={name}"
+        items = self._list(ns, PLURAL, label_selector=selector)
+        infos = [ExperimentInfo.from_object(item) for item in items]
+        # The selector is applied here too, for API servers (and test doubles) that ignore it.
+        return sorted((i for i in infos if i.labels.get(LABEL_STUDY) == name), key=lambda i: i.name)
+
+    def wait_study(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        until: str | Iterable[str] | None = None,
+        timeout: float = 86400.0,
+        poll_interval: float = 10.0,
+        on_poll: OnStudyPoll | None = None,
+    ) -> StudyInfo:
+        """Poll until the Study's phase is in ``until`` (default ``Succeeded``/``Failed``),
+        like :meth:`wait`."""
+        wanted = wanted_phases(until)
+        ns = self._ns(namespace)
         deadline = time.monotonic() + timeout
         while True:
-            try:
-                self._get_object(name, ns)
-            except ExperimentNotFound:
-                return
+            info = self.get_study(name, namespace=ns)
+            if on_poll is not None:
+                on_poll(info)
+            if info.phase in wanted:
+                return info
+            if info.status.done:
+                why = info.status.failure_message()
+                raise ClusterError(
+                    f"study {name} in namespace {ns} ended {info.phase} while waiting for "
+                    f"{' or '.join(sorted(wanted))}" + (f": {why}" if why else "")
+                )
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WaitTimeout(
-                    f"experiment {name} in namespace {ns} still exists {timeout:g}s after "
-                    "deletion (its children are still being deleted, or a finalizer blocks it)"
+                    f"study {name} in namespace {ns} is {info.status.summary()} after "
+                    f"{timeout:g}s of waiting for {' or '.join(sorted(wanted))}"
                 )
             time.sleep(min(poll_interval, left))
+
+    def delete_study(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        wait: bool = False,
+        timeout: float = 300.0,
+        poll_interval: float = 2.0,
+    ) -> None:
+        """Delete the Study; the garbage collector deletes its Experiments (and through them
+        their jobs), ConfigMap and report Job. ``wait`` as in :meth:`delete`."""
+        self._delete(name, self._ns(namespace), STUDY_PLURAL, wait, timeout, poll_interval)
 
     # ---- logs ----
 
@@ -377,7 +497,7 @@ class ClusterClient:
     def _ns(self, namespace: str | None) -> str:
         return namespace or self._conn.namespace
 
-    def _submit_namespace(self, exp: Experiment, namespace: str | None) -> str:
+    def _submit_namespace(self, exp: Experiment | Study, namespace: str | None) -> str:
         """``namespace`` > ``metadata.namespace`` > the client's; a conflict is an error (as
         with ``kubectl apply -n``)."""
         if namespace and exp.metadata.namespace and namespace != exp.metadata.namespace:
@@ -392,41 +512,137 @@ class ClusterClient:
 
         return client.CustomObjectsApi(self._conn.api)
 
-    def _get_object(self, name: str, ns: str) -> dict[str, Any]:
-        self._require_crd()
-        with self._translate(Target("get", ns, name)):
+    def _get_object(self, name: str, ns: str, plural: str = PLURAL) -> dict[str, Any]:
+        self._require_crd(plural)
+        with self._translate(Target("get", ns, name, plural)):
             obj = self._conn.call(
                 self._custom().get_namespaced_custom_object,
                 GROUP,
                 VERSION,
                 ns,
-                PLURAL,
+                plural,
                 name,
                 read=True,
             )
         return dict(obj)
 
-    def _require_crd(self) -> None:
-        """Check discovery once per client: ``sarl.dev/v1alpha1`` must serve ``experiments``.
+    def _create(self, body: dict[str, Any], plural: str) -> dict[str, Any]:
+        meta = body["metadata"]
+        self._require_crd(plural)
+        with self._translate(Target("create", meta["namespace"], meta["name"], plural)):
+            obj = self._conn.call(
+                self._custom().create_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                meta["namespace"],
+                plural,
+                body,
+            )
+        return dict(obj)
+
+    def _replace(self, body: dict[str, Any], plural: str) -> dict[str, Any]:
+        """Merge-patch the stored object's spec (and labels) to ``body``'s, carrying the stored
+        ``resourceVersion`` (a concurrent change fails with ``Rejected``)."""
+        name, ns = body["metadata"]["name"], body["metadata"]["namespace"]
+        current = self._get_object(name, ns, plural)
+        meta = current.get("metadata") or {}
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "spec": merge_patch(current.get("spec") or {}, body["spec"]),
+        }
+        if "labels" in body["metadata"]:
+            patch["metadata"]["labels"] = body["metadata"]["labels"]
+        with self._translate(Target("replace", ns, name, plural)):
+            obj = self._conn.call(
+                self._custom().patch_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                ns,
+                plural,
+                name,
+                patch,
+            )
+        return dict(obj)
+
+    def _list(
+        self, ns: str | None, plural: str, label_selector: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        self._require_crd(plural)
+        api = self._custom()
+        extra = {"label_selector": label_selector} if label_selector else {}
+        with self._translate(Target("list", ns, None, plural)):
+            if ns is None:
+                out = self._conn.call(
+                    api.list_cluster_custom_object, GROUP, VERSION, plural, read=True, **extra
+                )
+            else:
+                out = self._conn.call(
+                    api.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    ns,
+                    plural,
+                    read=True,
+                    **extra,
+                )
+        return [dict(item) for item in out.get("items") or []]
+
+    def _delete(
+        self, name: str, ns: str, plural: str, wait: bool, timeout: float, poll_interval: float
+    ) -> None:
+        """Delete (background, or foreground and poll until gone with ``wait``)."""
+        self._require_crd(plural)
+        target = Target("delete", ns, name, plural)
+        policy = "Foreground" if wait else "Background"
+        with self._translate(target):
+            self._conn.call(
+                self._custom().delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                ns,
+                plural,
+                name,
+                propagation_policy=policy,
+            )
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._get_object(name, ns, plural)
+            except (ExperimentNotFound, StudyNotFound):
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(
+                    f"{target.what} in namespace {ns} still exists {timeout:g}s after "
+                    "deletion (its children are still being deleted, or a finalizer blocks it)"
+                )
+            time.sleep(min(poll_interval, left))
+
+    def _require_crd(self, plural: str = PLURAL) -> None:
+        """Check discovery once per client and resource: ``sarl.dev/v1alpha1`` must serve
+        ``plural`` (``experiments``, ``studies``).
 
         Checked before the first request (as ``kubectl`` does), so a missing CRD is reported
         as such rather than as a bare 404 on whatever was asked."""
-        if self._crd_seen:
+        if plural in self._crd_seen:
             return
         from kubernetes.client.exceptions import ApiException
 
+        install = INSTALL_STUDY_CRD if plural == STUDY_PLURAL else INSTALL_CHART
         try:
             with self._translate(Target("discover", None, f"{GROUP}/{VERSION}", "APIs")):
                 found = self._conn.call(self._custom().get_api_resources, GROUP, VERSION, read=True)
         except ClusterError as e:
             cause = e.__cause__
             if isinstance(cause, ApiException) and cause.status == 404:
-                raise CrdNotInstalled(INSTALL_CHART) from e
+                raise CrdNotInstalled(install) from e
             raise
         names = {r.name for r in (found.resources or [])}
-        if PLURAL not in names:
-            raise CrdNotInstalled(INSTALL_CHART)
-        self._crd_seen = True
+        if plural not in names:
+            raise CrdNotInstalled(install)
+        self._crd_seen.add(plural)
 
     @contextmanager
     def _translate(self, target: Target) -> Iterator[None]:
@@ -438,7 +654,7 @@ class ClusterClient:
             yield
         except (ApiException, HTTPError) as e:
             err = api_error(e, target, self._conn.host)
-            if isinstance(err, ExperimentNotFound):
-                self._crd_seen = False  # a 404 may mean the CRD went away: look again
-                self._require_crd()
+            if isinstance(err, ExperimentNotFound | StudyNotFound):
+                self._crd_seen.discard(target.resource)  # a 404 may mean the CRD went away
+                self._require_crd(target.resource)
             raise err from e

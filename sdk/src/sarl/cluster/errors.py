@@ -17,7 +17,14 @@ INSTALL_CHART: Final = (
     "the Experiment CRD (experiments.sarl.dev) is not installed in this cluster: install the "
     "sarl platform chart (helm install sarl charts/sarl-platform)"
 )
+#: The same for the Study CRD.
+INSTALL_STUDY_CRD: Final = (
+    "the Study CRD (studies.sarl.dev) is not installed in this cluster: install (or upgrade to) "
+    "the sarl platform chart, or `kubectl apply -f charts/sarl-platform/crds/`"
+)
 _MAX_MESSAGE: Final = 300
+#: Singular of each resource the client names in messages.
+_SINGULAR: Final = {"experiments": "experiment", "studies": "study"}
 
 
 class ClusterError(RuntimeError):
@@ -44,8 +51,13 @@ class ExperimentNotFound(ClusterError):
     """No Experiment of that name in that namespace."""
 
 
+class StudyNotFound(ClusterError):
+    """No Study of that name in that namespace."""
+
+
 class AlreadyExists(ClusterError):
-    """409 on create: an Experiment of that name exists (``replace=True`` updates it)."""
+    """409 on create: an Experiment (or Study) of that name exists (``replace=True`` updates
+    it)."""
 
 
 class Rejected(ClusterError):
@@ -74,9 +86,12 @@ class Target:
         return f"in namespace {self.namespace}" if self.namespace else "in any namespace"
 
     @property
+    def singular(self) -> str:
+        return _SINGULAR.get(self.resource, self.resource.removesuffix("s"))
+
+    @property
     def what(self) -> str:
-        singular = self.resource.removesuffix("s")
-        return f"{singular} {self.name}" if self.name else self.resource
+        return f"{self.singular} {self.name}" if self.name else self.resource
 
 
 def api_message(body: str | bytes | None, fallback: str) -> str:
@@ -100,8 +115,9 @@ def api_message(body: str | bytes | None, fallback: str) -> str:
 def api_error(exc: BaseException, target: Target, host: str = "") -> ClusterError:
     """Map an exception raised by the ``kubernetes`` client to a :class:`ClusterError`.
 
-    404s are mapped to :class:`ExperimentNotFound` (for ``experiments``) or a generic
-    not-found; the caller checks discovery first to report a missing CRD instead.
+    404s are mapped to :class:`ExperimentNotFound` (for ``experiments``),
+    :class:`StudyNotFound` (``studies``) or a generic not-found; the caller checks discovery
+    first to report a missing CRD instead.
     """
     from kubernetes.client.exceptions import ApiException
 
@@ -116,10 +132,12 @@ def api_error(exc: BaseException, target: Target, host: str = "") -> ClusterErro
     if status == 404:
         if target.resource == "experiments":
             return ExperimentNotFound(f"experiment {target.name} not found {target.where}")
+        if target.resource == "studies":
+            return StudyNotFound(f"study {target.name} not found {target.where}")
         return ClusterError(f"{target.what} not found {target.where}")
     if status == 409 and target.verb == "create":
         return AlreadyExists(
-            f"experiment {target.name} already exists {target.where} "
+            f"{target.what} already exists {target.where} "
             "(delete it, or pass --replace / replace=True)"
         )
     if status in (400, 409, 422):

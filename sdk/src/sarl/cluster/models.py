@@ -1,8 +1,9 @@
-"""Typed views of an Experiment custom object as the cluster reports it.
+"""Typed views of an Experiment (and a Study) custom object as the cluster reports it.
 
 Built by :mod:`sarl.cluster.client` from the API server's JSON (``metadata`` and ``status``
-written by the operator, see charts/sarl-platform/crds/experiments.sarl.dev.yaml); printed by
-:mod:`sarl.cli.cluster`. Plain frozen dataclasses: reading them never talks to the cluster.
+written by the operator, see charts/sarl-platform/crds/experiments.sarl.dev.yaml and
+studies.sarl.dev.yaml); printed by :mod:`sarl.cli.cluster`. Plain frozen dataclasses: reading
+them never talks to the cluster.
 """
 
 from __future__ import annotations
@@ -78,10 +79,7 @@ class ExperimentStatus:
 
     def failure_message(self) -> str:
         """The message of the first ``False``/failed condition that has one, else ``""``."""
-        for cond in self.conditions:
-            if cond.message and (cond.status == "False" or cond.type == "Failed"):
-                return cond.message
-        return ""
+        return failure_message(self.conditions)
 
     def summary(self) -> str:
         """``Running, step 12, reward 0.4100`` (what the wait status line shows)."""
@@ -109,18 +107,7 @@ class ExperimentInfo:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ExperimentInfo:
         """From the custom object's JSON as the API server returns it."""
-        meta = obj.get("metadata") or {}
-        gen = meta.get("generation")
-        return cls(
-            name=str(meta.get("name") or ""),
-            namespace=str(meta.get("namespace") or ""),
-            uid=str(meta.get("uid") or ""),
-            generation=int(gen) if gen is not None else None,
-            created=parse_time(meta.get("creationTimestamp")),
-            labels=dict(meta.get("labels") or {}),
-            spec=dict(obj.get("spec") or {}),
-            status=ExperimentStatus.from_dict(obj.get("status")),
-        )
+        return cls(**_identity(obj), status=ExperimentStatus.from_dict(obj.get("status")))
 
     @property
     def phase(self) -> str:
@@ -128,10 +115,124 @@ class ExperimentInfo:
 
     def age(self, now: dt.datetime | None = None) -> str:
         """Age like ``kubectl get``: ``42s``, ``5m``, ``3h``, ``2d``; ``<unknown>`` if unset."""
-        if self.created is None:
-            return "<unknown>"
-        now = now or dt.datetime.now(dt.UTC)
-        return format_duration((now - self.created).total_seconds())
+        return age(self.created, now)
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class StudyStatus:
+    """``status`` of a Study: its runs by phase, the MLflow parent run, the report."""
+
+    phase: str = ""
+    total: int | None = None
+    pending: int | None = None
+    running: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    mlflow_parent_run_id: str = ""
+    mlflow_run_url: str = ""
+    report_uri: str = ""
+    observed_generation: int | None = None
+    conditions: tuple[Condition, ...] = ()
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any] | None) -> StudyStatus:
+        doc = doc or {}
+        return cls(
+            phase=str(doc.get("phase") or ""),
+            total=_count(doc.get("total")),
+            pending=_count(doc.get("pending")),
+            running=_count(doc.get("running")),
+            succeeded=_count(doc.get("succeeded")),
+            failed=_count(doc.get("failed")),
+            mlflow_parent_run_id=str(doc.get("mlflowParentRunId") or ""),
+            mlflow_run_url=str(doc.get("mlflowRunUrl") or ""),
+            report_uri=str(doc.get("reportUri") or ""),
+            observed_generation=_count(doc.get("observedGeneration")),
+            conditions=tuple(
+                Condition.from_dict(c) for c in doc.get("conditions") or () if isinstance(c, dict)
+            ),
+        )
+
+    @property
+    def done(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    def failure_message(self) -> str:
+        """The message of the first ``False`` condition that has one, else ``""``."""
+        return failure_message(self.conditions)
+
+    def summary(self) -> str:
+        """``Running, 3/18 succeeded, 1 failed, 2 running, 12 pending`` (the wait status line)."""
+        if self.total is None:
+            return self.phase or "no phase yet"
+        parts = [self.phase or "no phase yet", f"{self.succeeded or 0}/{self.total} succeeded"]
+        for count, word in [(self.failed, "failed"), (self.running, "running")]:
+            if count:
+                parts.append(f"{count} {word}")
+        if self.pending:
+            parts.append(f"{self.pending} pending")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """A Study on the cluster: identity, the stored ``spec`` (as JSON) and its status."""
+
+    name: str
+    namespace: str
+    uid: str = ""
+    generation: int | None = None
+    created: dt.datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    status: StudyStatus = field(default_factory=StudyStatus)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> StudyInfo:
+        """From the custom object's JSON as the API server returns it."""
+        return cls(**_identity(obj), status=StudyStatus.from_dict(obj.get("status")))
+
+    @property
+    def phase(self) -> str:
+        return self.status.phase
+
+    def age(self, now: dt.datetime | None = None) -> str:
+        """Age like ``kubectl get``: ``42s``, ``5m``, ``3h``, ``2d``; ``<unknown>`` if unset."""
+        return age(self.created, now)
+
+
+def _identity(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields an Info takes from a custom object's metadata and spec."""
+    meta = obj.get("metadata") or {}
+    return {
+        "name": str(meta.get("name") or ""),
+        "namespace": str(meta.get("namespace") or ""),
+        "uid": str(meta.get("uid") or ""),
+        "generation": _count(meta.get("generation")),
+        "created": parse_time(meta.get("creationTimestamp")),
+        "labels": dict(meta.get("labels") or {}),
+        "spec": dict(obj.get("spec") or {}),
+    }
+
+
+def failure_message(conditions: tuple[Condition, ...]) -> str:
+    """The message of the first ``False``/failed condition that has one, else ``""``."""
+    for cond in conditions:
+        if cond.message and (cond.status == "False" or cond.type == "Failed"):
+            return cond.message
+    return ""
+
+
+def age(created: dt.datetime | None, now: dt.datetime | None = None) -> str:
+    """Age like ``kubectl get``: ``42s``, ``5m``, ``3h``, ``2d``; ``<unknown>`` if unset."""
+    if created is None:
+        return "<unknown>"
+    now = now or dt.datetime.now(dt.UTC)
+    return format_duration((now - created).total_seconds())
 
 
 def parse_time(value: Any) -> dt.datetime | None:

@@ -1,0 +1,266 @@
+"""Pure builders of a Study's children, and the plan of which arm x seed Experiments to create next.
+
+Called by ``study_handlers`` (which owns and applies what these return) and by the golden-file
+tests. Like :mod:`sarl_operator.builders`, nothing here imports kopf or kubernetes or reads the
+environment. Children of a Study ``<study>`` in its namespace, each owned by the Study
+(controller reference, so deleting the Study garbage-collects them):
+
+* one Experiment per arm x seed, exactly as :meth:`sarl.spec.study.Study.runs` expands them
+  (name ``<study>-<arm>-s<seed>``, labels ``sarl.dev/study|arm|seed``, MLflow tags incl.
+  ``mlflow.parentRunId``): the operator's Experiment handlers then run each like any other;
+* ConfigMap ``<study>-config``: ``study.yaml``, the validated Study (mounted by the report Job);
+* Job ``<study>-report`` once every run has finished: ``sarl study report`` in the trainer image,
+  with the evaluation Job's pod builder and environment (``MLFLOW_RUN_ID`` = the parent run).
+  An init container first logs ``study.yaml`` as ``spec/study.yaml`` of the parent run, where
+  the report (and a later ``sarl study report`` from anywhere) reads the arm order, reference
+  arm and ``k`` from, as for a Study run locally.
+
+Which Experiments exist at once is decided by :func:`to_create` from the observed
+:class:`RunState` of every run: at most ``spec.parallelism`` unfinished ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import yaml
+
+from sarl.spec.experiment import API_VERSION, KIND, Experiment, Metadata
+from sarl.spec.study import LABEL_STUDY, Study, StudyRun
+from sarl_operator import builders, evaluation
+
+STUDY_KIND: Final = "Study"
+STUDY_FILE: Final = "study.yaml"
+#: Where the Study document sits in the parent run's artifacts (``sarl.study.history`` reads it).
+STUDY_ARTIFACT_DIR: Final = "spec"
+REPORT_OUT: Final = "/tmp/report"
+#: Where ``sarl study report`` logs the report in the parent run (``reportUri``).
+REPORT_ARTIFACT_PATH: Final = "report/"
+#: Retries of the report pod: the report only reads MLflow, so a transient failure is retried.
+REPORT_RETRIES: Final = 2
+
+Outcome = Literal["pending", "running", "succeeded", "failed"]
+
+
+def labels(study: Study, component: str) -> dict[str, str]:
+    """Standard app.kubernetes.io labels plus ``sarl.dev/study`` (the selector label)."""
+    return {
+        "app.kubernetes.io/name": "sarl",
+        "app.kubernetes.io/instance": study.name,
+        "app.kubernetes.io/part-of": "sarl",
+        "app.kubernetes.io/managed-by": "sarl-operator",
+        "app.kubernetes.io/component": component,
+        LABEL_STUDY: study.name,
+    }
+
+
+def owned(obj: Mapping[str, Any], study_meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``obj`` controlled by the Study with ``study_meta`` (name, uid)."""
+    return builders.owned(obj, study_meta, kind=STUDY_KIND)
+
+
+def experiment_object(run: StudyRun, namespace: str) -> dict[str, Any]:
+    """The Experiment custom object of one arm x seed: name, labels and spec as expanded by
+    :meth:`Study.runs` (spec as validated, presets applied, as ``sarl submit`` stores one)."""
+    exp = run.experiment
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": exp.name,
+            "namespace": namespace,
+            "labels": dict(exp.metadata.labels),
+        },
+        "spec": exp.spec.model_dump(mode="json"),
+    }
+
+
+def experiments(study: Study, namespace: str, parent_run_id: str) -> list[dict[str, Any]]:
+    """Every arm x seed Experiment, in :meth:`Study.runs` order (the order they are created)."""
+    return [experiment_object(run, namespace) for run in study.runs(parent_run_id or None)]
+
+
+def base_experiment(study: Study, namespace: str) -> Experiment:
+    """The Study's base spec as an Experiment named after the Study: the report Job's image,
+    environment and node placement come from it, as the evaluation Job's from its Experiment
+    (and :func:`builders.config_name` of it is :func:`config_name`)."""
+    return Experiment(metadata=Metadata(name=study.name, namespace=namespace), spec=study.spec.base)
+
+
+def config_name(study: Study) -> str:
+    return f"{study.name}-config"
+
+
+def report_name(study: Study) -> str:
+    return f"{study.name}-report"
+
+
+def report_uri(parent_run_id: str) -> str:
+    """The report's place in MLflow: the parent run's artifact path ``report/``."""
+    return f"runs:/{parent_run_id}/{REPORT_ARTIFACT_PATH}"
+
+
+def configmap(study: Study, namespace: str) -> dict[str, Any]:
+    """ConfigMap ``<study>-config`` holding the validated Study as ``study.yaml``."""
+    doc = study.model_dump(mode="json")
+    doc["metadata"]["namespace"] = namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": config_name(study),
+            "namespace": namespace,
+            "labels": labels(study, "config"),
+        },
+        "data": {STUDY_FILE: yaml.safe_dump(doc, sort_keys=False)},
+    }
+
+
+def report_job(
+    study: Study,
+    namespace: str,
+    *,
+    image: str,
+    parent_run_id: str,
+    tracking_uri: str,
+    platform: builders.Platform = builders.DEFAULT_PLATFORM,
+) -> dict[str, Any]:
+    """Job ``<study>-report``: ``sarl study report <study> --tracking-uri $MLFLOW_TRACKING_URI
+    --out /tmp/report`` on CPU, built like the evaluation Job (same pod builder and environment,
+    ``MLFLOW_RUN_ID`` = the parent run, ``SARL_CONFIG`` = the mounted ``study.yaml``), after an
+    init container that logs ``study.yaml`` to the parent run (``mlflow artifacts
+    log-artifact``). The report logs itself under ``report/`` of the parent run."""
+    base = base_experiment(study, namespace)
+    env = builders.job_env(
+        base, namespace, parent_run_id, tracking_uri, platform, config_file=STUDY_FILE
+    )
+    container = {
+        "name": "report",
+        "image": image,
+        "command": ["sarl"],
+        # $(VAR) is expanded by the kubelet from the container's environment.
+        "args": [
+            "study",
+            "report",
+            study.name,
+            "--tracking-uri",
+            "$(MLFLOW_TRACKING_URI)",
+            "--out",
+            REPORT_OUT,
+        ],
+        "env": env,
+        "resources": {},
+    }
+    pod = {"restartPolicy": "Never", **builders.job_pod(base, container)}
+    log_spec = {
+        "name": "log-study",
+        "image": image,
+        "command": ["mlflow", "artifacts", "log-artifact"],
+        "args": [
+            "--local-file",
+            f"{builders.CONFIG_DIR}/{STUDY_FILE}",
+            "--artifact-path",
+            STUDY_ARTIFACT_DIR,
+            "--run-id",
+            "$(MLFLOW_RUN_ID)",
+        ],
+        "env": env,
+        "resources": {},
+        "volumeMounts": pod["containers"][0]["volumeMounts"],
+    }
+    pod["initContainers"] = [log_spec]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": report_name(study),
+            "namespace": namespace,
+            "labels": labels(study, "report"),
+        },
+        "spec": {
+            "backoffLimit": REPORT_RETRIES,
+            "template": {"metadata": {"labels": labels(study, "report")}, "spec": pod},
+        },
+    }
+
+
+# ---- the plan: which runs exist, which finished, which to create next ----
+
+
+@dataclass(frozen=True)
+class RunState:
+    """One arm x seed run as observed: whether its Experiment exists (``foreign``: an
+    Experiment of that name exists but this Study does not control it) and its outcome."""
+
+    run: StudyRun
+    outcome: Outcome = "pending"
+    exists: bool = False
+    foreign: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.outcome in ("succeeded", "failed")
+
+    @property
+    def active(self) -> bool:
+        """Counts against ``parallelism``: created by this Study and not finished."""
+        return self.exists and not self.foreign and not self.finished
+
+
+def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def _condition_status(status: Mapping[str, Any], type_: str) -> str:
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == type_:
+            return str(cond.get("status") or "")
+    return ""
+
+
+def outcome(run: StudyRun, obj: Mapping[str, Any] | None) -> Outcome:
+    """The run's outcome from its Experiment's status.
+
+    ``Succeeded`` training with cluster benchmarks is finished only once its evaluation Job
+    has (``Evaluated`` True → succeeded, False → failed, else still running: the report needs
+    the ``eval/...`` metrics, and the evaluation pod holds a GPU); no Experiment, no phase or
+    ``Pending`` → pending.
+    """
+    status = (obj or {}).get("status") or {}
+    phase = status.get("phase")
+    if phase == "Failed":
+        return "failed"
+    if phase == "Succeeded":
+        if not evaluation.cluster_benchmarks(run.experiment):
+            return "succeeded"
+        evaluated = _condition_status(status, "Evaluated")
+        if evaluated == "True":
+            return "succeeded"
+        return "failed" if evaluated == "False" else "running"
+    if phase == "Running":
+        return "running"
+    return "pending"
+
+
+def run_state(run: StudyRun, obj: Mapping[str, Any] | None, study_uid: str) -> RunState:
+    """The :class:`RunState` of ``run`` given its Experiment ``obj`` (None: absent)."""
+    if obj is None:
+        return RunState(run)
+    if not _controlled_by(obj, study_uid):
+        return RunState(run, exists=True, foreign=True)
+    return RunState(run, outcome(run, obj), exists=True)
+
+
+def to_create(states: Sequence[RunState], parallelism: int | None) -> list[StudyRun]:
+    """The runs whose Experiments to create now, in order: the first missing ones, as many as
+    keep at most ``parallelism`` (None: all) unfinished Experiments of this Study at once.
+
+    Decided from what exists, never from memory, so calling it again (the timer, a restarted
+    operator) creates nothing twice and never exceeds the limit.
+    """
+    limit = len(states) if parallelism is None else parallelism
+    free = max(limit - sum(s.active for s in states), 0)
+    return [s.run for s in states if not s.exists][:free]

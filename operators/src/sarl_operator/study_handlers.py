@@ -1,0 +1,321 @@
+"""kopf handlers for ``studies.sarl.dev``: a Study's arm x seed Experiments, parent run and report.
+
+Registered by importing this module, which :mod:`sarl_operator.handlers` does (so ``kopf run -m
+sarl_operator.handlers`` runs both). On create/resume/update of the spec, :func:`reconcile`:
+
+1. validates the Study (``load_study``) and every arm x seed Experiment with the checks an
+   Experiment's own reconcile makes (``check_cluster``); invalid → status Failed with a condition
+   naming the field, and ``kopf.PermanentError``;
+2. gets the MLflow parent run (:meth:`~sarl_operator.tracking.MlflowTracking.ensure_run`, found
+   by the Study's uid tag, tagged ``sarl.role=study`` and ``sarl.study=<name>``; reused from
+   ``status.mlflowParentRunId``). MLflow configured but down → ``TrackingReady=False`` and
+   ``kopf.TemporaryError``: no run is created without its parent;
+3. applies ConfigMap ``<study>-config`` and :func:`sync`: creates the next arm x seed
+   Experiments (at most ``spec.parallelism`` unfinished at once), owned by the Study, whose
+   MLflow tags carry the parent run id; the operator's Experiment handlers run each;
+4. once every run has finished, creates Job ``<study>-report`` (once), and patches the status
+   (counts, parent run, phase, conditions) when it changed, with Events on transitions.
+
+A timer (``SARL_STATUS_INTERVAL_S``) runs :func:`sync`, so the next runs start as earlier ones
+finish. Everything is decided from what exists on the API server, so a re-run or a restarted
+operator creates nothing twice. Existing Experiments are never patched: a run keeps the spec it
+started with; a spec update only affects runs not created yet. Deletion is left to the garbage
+collector (owner references).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Final
+
+import kopf
+
+from sarl.integrations.cluster import check_cluster
+from sarl.spec.experiment import API_VERSION, KIND
+from sarl.spec.loader import SpecError, load_study
+from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study
+from sarl_operator import study_builders, study_status
+from sarl_operator.handlers import (
+    _INTERVAL_S,
+    GROUP,
+    TRACKING_RETRY_DELAY_S,
+    VERSION,
+    PostEvent,
+    Settings,
+    Tracker,
+    _kopf_event,
+    _now,
+    _patch_status,
+    cluster_api,
+)
+from sarl_operator.kube import KubeApi, apply
+from sarl_operator.status import condition, failed_status
+from sarl_operator.study_builders import RunState
+from sarl_operator.tracking import MlflowTracking, TrackingError, run_url
+
+PLURAL: Final = "studies"
+WATCHED: Final = study_status.STUDY_CONDITIONS
+
+
+def study_from_body(body: Mapping[str, Any]) -> Study:
+    """Validate the custom resource as a Study and every arm x seed Experiment as the trainer
+    would (``check_cluster``); raises SpecError naming the field."""
+    meta = body.get("metadata") or {}
+    doc = {
+        "apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"),
+        "kind": body.get("kind", study_builders.STUDY_KIND),
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "labels": dict(meta.get("labels") or {}),
+        },
+        "spec": body.get("spec") or {},
+    }
+    study = load_study(doc)
+    arms = [arm.name for arm in study.spec.arms]
+    for run in study.runs():
+        try:
+            check_cluster(run.experiment)
+        except ValueError as e:
+            index = arms.index(run.arm)
+            raise SpecError(f"spec.arms[{index}] ({run.arm}, seed {run.seed}): {e}") from e
+    return study
+
+
+def ensure_parent_run(
+    body: Mapping[str, Any],
+    study: Study,
+    settings: Settings,
+    tracker_factory: Callable[[str], Tracker],
+) -> tuple[str, str, dict[str, Any]]:
+    """(parent run id, its URL, TrackingReady condition); raises TrackingError when MLflow fails.
+
+    Found by the Study's uid tag (or created) in the Study's MLflow experiment, the one its runs
+    log to; a run id already in the status is reused without calling MLflow."""
+    base = study_builders.base_experiment(study, body["metadata"]["namespace"])
+    uri = settings.tracking_uri_of(base)
+    if not uri:
+        message = (
+            "no MLflow tracking URI (spec.base.tracking.mlflow_uri or SARL_MLFLOW_TRACKING_URI)"
+        )
+        return "", "", condition("TrackingReady", "False", "TrackingNotConfigured", message)
+    status = body.get("status") or {}
+    if status.get("mlflowParentRunId") and status.get("mlflowRunUrl"):
+        run_id, url = str(status["mlflowParentRunId"]), str(status["mlflowRunUrl"])
+    else:
+        meta = body["metadata"]
+        tags = {**study.spec.base.tracking.tags, TAG_ROLE: "study", TAG_STUDY: study.name}
+        ref = tracker_factory(uri).ensure_run(
+            study.mlflow_experiment,
+            run_name=study.name,
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            tags=tags,
+        )
+        run_id, url = ref.run_id, run_url(settings.ui_url_of(base), ref)
+    return run_id, url, condition("TrackingReady", "True", "RunReady", f"MLflow run {run_id}")
+
+
+def observe(api: KubeApi, study: Study, body: Mapping[str, Any], run_id: str) -> list[RunState]:
+    """The state of every arm x seed run, read from its Experiment on the API server."""
+    meta = body["metadata"]
+    return [
+        study_builders.run_state(
+            run, api.get(API_VERSION, KIND, meta["namespace"], run.name), meta["uid"]
+        )
+        for run in study.runs(run_id or None)
+    ]
+
+
+def _create_runs(
+    body: Mapping[str, Any],
+    api: KubeApi,
+    study: Study,
+    states: list[RunState],
+    post_event: PostEvent,
+) -> list[RunState]:
+    """Create the Experiments :func:`study_builders.to_create` picks; the states updated."""
+    meta = body["metadata"]
+    created = {run.name for run in study_builders.to_create(states, study.spec.parallelism)}
+    for run in (s.run for s in states if s.run.name in created):
+        obj = study_builders.experiment_object(run, meta["namespace"])
+        api.create(study_builders.owned(obj, meta))
+        post_event(body, "Normal", "Created", f"created Experiment {run.name}")
+    return [RunState(s.run, exists=True) if s.run.name in created else s for s in states]
+
+
+def _report(
+    body: Mapping[str, Any],
+    api: KubeApi,
+    study: Study,
+    settings: Settings,
+    run_id: str,
+    post_event: PostEvent,
+) -> dict[str, Any] | None:
+    """The ``<study>-report`` Job, created if missing (never patched: a Job's template is
+    immutable)."""
+    meta = body["metadata"]
+    namespace = meta["namespace"]
+    name = study_builders.report_name(study)
+    job = api.get("batch/v1", "Job", namespace, name)
+    if job is None:
+        base = study_builders.base_experiment(study, namespace)
+        job = study_builders.report_job(
+            study,
+            namespace,
+            image=settings.image_of(base),
+            parent_run_id=run_id,
+            tracking_uri=settings.tracking_uri_of(base),
+            platform=settings.platform,
+        )
+        api.create(study_builders.owned(job, meta))
+        post_event(body, "Normal", "Created", f"created Job {name}")
+    return job
+
+
+def sync(
+    body: Mapping[str, Any],
+    patch: MutableMapping[str, Any],
+    api: KubeApi,
+    *,
+    study: Study,
+    settings: Settings,
+    post_event: PostEvent,
+    run_id: str,
+    run_url: str,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    create: bool = True,
+) -> None:
+    """Read the runs; create the next ones and, once all finished, the report (``create``
+    False: only read, as while MLflow is down); patch the status when it changed."""
+    states = observe(api, study, body, run_id)
+    report = None
+    if create:
+        states = _create_runs(body, api, study, states, post_event)
+        if run_id and all(s.finished for s in states):
+            report = _report(body, api, study, settings, run_id, post_event)
+    desired = study_status.desired_status(
+        states,
+        study_name=study.name,
+        generation=body["metadata"].get("generation"),
+        report_job=report,
+        parent_run_id=run_id,
+        run_url=run_url,
+        conditions=conditions,
+        current=body.get("status") or {},
+        now=_now(),
+    )
+    _patch_status(body, patch, desired, post_event, WATCHED)
+
+
+def reconcile(
+    body: Mapping[str, Any],
+    patch: MutableMapping[str, Any],
+    api: KubeApi,
+    *,
+    settings: Settings,
+    post_event: PostEvent,
+    tracker_factory: Callable[[str], Tracker] = MlflowTracking,
+) -> None:
+    """Validate, get the parent run, apply the ConfigMap, create runs, patch the status."""
+    meta = body["metadata"]
+    try:
+        study = study_from_body(body)
+    except (SpecError, ValueError) as e:
+        failed = failed_status(str(e), meta.get("generation"), _now())
+        _patch_status(body, patch, failed, post_event, WATCHED)
+        raise kopf.PermanentError(str(e)) from e
+    status = body.get("status") or {}
+    try:
+        run_id, url, tracking = ensure_parent_run(body, study, settings, tracker_factory)
+    except TrackingError as e:
+        down = condition("TrackingReady", "False", "TrackingUnavailable", str(e))
+        run_id = str(status.get("mlflowParentRunId") or "")
+        url = str(status.get("mlflowRunUrl") or "")
+        sync(
+            body,
+            patch,
+            api,
+            study=study,
+            settings=settings,
+            post_event=post_event,
+            run_id=run_id,
+            run_url=url,
+            conditions=[down],
+            create=False,
+        )
+        raise kopf.TemporaryError(str(e), delay=TRACKING_RETRY_DELAY_S) from e
+    config = study_builders.configmap(study, meta["namespace"])
+    if apply(api, study_builders.owned(config, meta)) == "created":
+        post_event(body, "Normal", "Created", f"created ConfigMap {config['metadata']['name']}")
+    sync(
+        body,
+        patch,
+        api,
+        study=study,
+        settings=settings,
+        post_event=post_event,
+        run_id=run_id,
+        run_url=url,
+        conditions=[tracking],
+    )
+
+
+def refresh(
+    body: Mapping[str, Any],
+    patch: MutableMapping[str, Any],
+    api: KubeApi,
+    *,
+    settings: Settings,
+    post_event: PostEvent,
+) -> None:
+    """The timer's work: :func:`sync` with the parent run of the status. Nothing for an invalid
+    Study (reported once by :func:`reconcile`) or one whose parent run :func:`reconcile` has not
+    got yet (it retries that itself)."""
+    try:
+        study = study_from_body(body)
+    except (SpecError, ValueError):
+        return
+    status = body.get("status") or {}
+    run_id = str(status.get("mlflowParentRunId") or "")
+    base = study_builders.base_experiment(study, body["metadata"]["namespace"])
+    if not run_id and settings.tracking_uri_of(base):
+        return
+    sync(
+        body,
+        patch,
+        api,
+        study=study,
+        settings=settings,
+        post_event=post_event,
+        run_id=run_id,
+        run_url=str(status.get("mlflowRunUrl") or ""),
+    )
+
+
+# ---- kopf wiring ----
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def on_study(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    reconcile(
+        body,
+        patch,
+        cluster_api(),
+        settings=Settings.from_env(os.environ),
+        post_event=_kopf_event,
+    )
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=_INTERVAL_S, initial_delay=_INTERVAL_S)
+def on_study_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    refresh(
+        body,
+        patch,
+        cluster_api(),
+        settings=Settings.from_env(os.environ),
+        post_event=_kopf_event,
+    )
