@@ -1,4 +1,4 @@
-"""``sarl run`` without ``--local`` points to ``sarl submit`` instead of doing anything."""
+"""``sarl run`` without ``--local`` points to ``sarl submit``; ``sarl validate`` on Experiments and Studies."""
 
 from __future__ import annotations
 
@@ -15,3 +15,31 @@ def test_run_without_local_names_the_submit_command() -> None:
     result = CliRunner().invoke(app, ["run", str(EXAMPLE)])
     assert result.exit_code == 2
     assert f"sarl submit {EXAMPLE}" in result.output
+
+
+STUDY = Path(__file__).resolve().parents[3] / "examples" / "studies" / "sarl-math.yaml"
+
+
+def test_validate_prints_every_arm_and_seed_of_a_study() -> None:
+    import yaml
+
+    result = CliRunner().invoke(app, ["validate", str(STUDY)])
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))
+    names = [d["metadata"]["name"] for d in docs if d]
+    assert len(names) == 18
+    assert "sarl-math-grpo-sarl-s2" in names
+
+
+def test_validate_study_error_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(STUDY.read_text().replace("seeds: [0, 1, 2]", "seeds: [0, 0]"))
+    result = CliRunner().invoke(app, ["validate", str(bad)])
+    assert result.exit_code == 2
+    assert "spec.seeds=[0, 0]: duplicate seeds [0]" in result.output
+
+
+def test_study_run_without_local_names_the_submit_command() -> None:
+    result = CliRunner().invoke(app, ["study", "run", str(STUDY)])
+    assert result.exit_code == 2
+    assert "sarl submit" in result.output

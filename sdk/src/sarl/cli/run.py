@@ -94,12 +94,20 @@ def _print_summary(name: str, result: RunResult) -> None:
 
 
 def validate_command(experiment: FileArg) -> None:
-    """Validate an Experiment YAML and print the resolved spec (presets applied)."""
+    """Validate an Experiment (or Study) YAML and print the resolved spec (presets applied);
+    a Study prints every arm x seed Experiment it expands into."""
     import yaml
 
-    from sarl.spec.loader import SpecError, load_experiment
+    from sarl.spec.loader import SpecError, load_document, load_experiment, validate_study
+    from sarl.spec.study import is_study_document
 
     try:
+        data, label = load_document(experiment)
+        if is_study_document(data):
+            runs = validate_study(data, label).runs()
+            docs = [r.experiment.model_dump(mode="json") for r in runs]
+            typer.echo(yaml.safe_dump_all(docs, sort_keys=False))
+            return
         exp = load_experiment(experiment)
     except SpecError as e:
         raise fail(str(e)) from e
