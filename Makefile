@@ -13,7 +13,7 @@ TORCH := torch==2.13.0
 PIP_FLAGS := --disable-pip-version-check --progress-bar off -q
 
 .DEFAULT_GOAL := help
-.PHONY: images help setup setup-main setup-verl demo demo-traces test test-main test-verl bench lint format generate check-generated clean
+.PHONY: images help setup setup-main setup-verl demo study demo-traces test test-main test-verl bench lint format generate check-generated clean
 
 help: ## List targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,10 +38,11 @@ setup-main: $(VENV)/.installed
 setup-verl: $(VENV_VERL)/.installed
 setup: setup-main setup-verl ## Create .venv (and .venv-verl) and install every package editable
 
-demo: setup-main ## Train two local experiments (ground truth vs structure reward) and compare them
-	$(VENV)/bin/sarl run examples/local-ground-truth.yaml --local
-	$(VENV)/bin/sarl run examples/local-structure.yaml --local
-	$(VENV)/bin/sarl compare --latest -e local-ground-truth -e local-structure --out out/compare.png
+demo: setup-main ## Local Study: ground truth vs structure reward, 2 seeds; report in out/demo/
+	$(VENV)/bin/sarl study run examples/studies/local-demo.yaml --local -j 2 --out out/demo
+
+study: setup-main ## The same Study with 3 seeds; report in out/study/
+	$(VENV)/bin/sarl study run examples/studies/local-study.yaml --local -j 2 --out out/study
 
 demo-traces: setup-main ## Score the bundled sample traces; table + reasoning-map PNGs under ./out/
 	$(VENV)/bin/sarl demo --out out

@@ -55,3 +55,28 @@ def test_factory_builds_local_and_validates_openai_fields() -> None:
         make_embedder(EmbedderConfig(kind="openai", model="m"))
     with pytest.raises(ValueError, match="embedder.model"):
         make_embedder(EmbedderConfig(kind="openai", url="http://127.0.0.1:1"))
+
+
+def test_cache_returns_the_vectors_the_model_computes(embedder: LocalEmbedder) -> None:
+    """A cached vector equals a fresh computation; repeated strings are not embedded again."""
+    fresh = LocalEmbedder(cache_size=0)
+    texts = ["Compute 3 + 4 = 7.", "Check: 7 - 4 = 3.", "Plan: work inside out."]
+    first = embedder.embed(texts)
+    hits, misses = embedder.cache_hits, embedder.cache_misses
+    again = embedder.embed([texts[2], texts[0], "So the answer is 7."])
+    assert embedder.cache_hits - hits == 2
+    assert embedder.cache_misses - misses == 1
+    np.testing.assert_allclose(again[0], first[2], atol=1e-6)
+    np.testing.assert_allclose(again[1], first[0], atol=1e-6)
+    np.testing.assert_allclose(fresh.embed(texts), first, atol=1e-5)
+    assert fresh.cache_hits == 0 and not fresh._cache
+
+
+def test_cache_evicts_the_least_recently_used() -> None:
+    small = LocalEmbedder(cache_size=2)
+    small.embed(["a", "b"])
+    small.embed(["a"])  # "a" is now the most recently used
+    small.embed(["c"])  # evicts "b"
+    assert list(small._cache) == ["a", "c"]
+    with pytest.raises(ValueError, match="cache_size"):
+        LocalEmbedder(cache_size=-1)

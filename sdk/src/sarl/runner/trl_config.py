@@ -5,7 +5,7 @@ Called by ``sarl.runner.session``. The mapping, one field at a time:
 * ``rollouts_per_prompt`` -> ``num_generations``; ``train_batch_size`` prompts per step ->
   ``per_device_train_batch_size = train_batch_size * num_generations`` (TRL counts completions);
   ``mini_batch_size``/``micro_batch_size_per_gpu`` are cluster (verl) knobs, unused on one CPU.
-* ``learning_rate``; ``kl_coef`` -> ``beta`` (TRL's KL is the k3 estimator = verl's
+* ``learning_rate`` (constant, as verl's actor optimizer); ``kl_coef`` -> ``beta`` (TRL's KL is the k3 estimator = verl's
   ``low_var_kl`` before clamping; preflight refuses other types locally).
 * ``max_response_length`` -> ``max_completion_length``; ``temperature``; ``epochs`` ->
   ``num_train_epochs``; ``max_steps``; ``seed``; ``entropy_coef`` (GRPO only).
@@ -60,6 +60,9 @@ def training_args(
         "disable_tqdm": not progress,
         "shuffle_dataset": exp.spec.data.shuffle,
         "dataloader_num_workers": 0,
+        # verl's actor optimizer keeps the learning rate constant (no warm-up by default);
+        # transformers' default linear decay would make a short local run learn only at first.
+        "lr_scheduler_type": "constant",
     }
     if algo.entropy_coef and "entropy_coef" in config_cls.__dataclass_fields__:
         kwargs["entropy_coef"] = algo.entropy_coef
