@@ -18,7 +18,7 @@ def _exp(**spec: object) -> Experiment:
 def test_generated_task_is_deterministic_and_capped() -> None:
     exp = _exp(preset="local-grpo-arithmetic", evaluation={"max_problems": 5})
     train, evals = experiment_problems(exp)
-    assert (len(train), len(evals)) == (128, 5)
+    assert (len(train), len(evals)) == (exp.spec.data.train_size, 5)
     assert experiment_problems(exp) == (train, evals)
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 #: Bump when the tokenizer, model or trace recipe changes, so cached warm starts are rebuilt.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 #: Written last into a prepared directory; its presence marks the directory complete.
 METADATA_FILE = "sarl_tiny.json"
 SPECIAL_TOKENS = {
@@ -379,6 +379,7 @@ def prepare_tiny_policy(
     """
     if seed is None:
         seed = model_spec.warm_start.seed
+    max_response_tokens = model_spec.warm_start.max_response_tokens or max_response_tokens
     key = cache_key(data_spec, model_spec, seed, max_response_tokens)
     target = Path(cache_dir) / f"tiny-{key}"
     if (target / METADATA_FILE).is_file():

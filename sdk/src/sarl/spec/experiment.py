@@ -57,6 +57,13 @@ class WarmStart(_Strict):
     steps: int = Field(default=300, ge=0, description="SFT optimizer steps (0 disables).")
     learning_rate: float = Field(default=3e-3, gt=0)
     batch_size: int = Field(default=16, ge=1)
+    max_response_tokens: int | None = Field(
+        default=None,
+        ge=8,
+        description="Length cap of the warm-start traces (tokens, end-of-sequence included); "
+        "default: the RL budget algorithm.max_response_length. A larger cap teaches traces "
+        "longer than RL may write, which RL then has to learn to shorten.",
+    )
     seed: int = Field(
         default=0,
         description="Seed of the built-in policy's initialisation and warm start: the "

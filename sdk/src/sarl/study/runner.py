@@ -179,7 +179,7 @@ def _with_checkpoints(run: StudyRun, study: Study, parent: str, opts: StudyOptio
 
 def _prepare_policies(experiments: list[Experiment], opts: StudyOptions) -> None:
     """Build each distinct built-in starting policy once (runs of a Study usually share one)."""
-    from sarl.runner.tiny import cache_key, prepare_tiny_policy
+    from sarl.runner.tiny import prepare_tiny_policy
 
     seen: set[str] = set()
     for exp in experiments:
@@ -187,7 +187,9 @@ def _prepare_policies(experiments: list[Experiment], opts: StudyOptions) -> None
         if not spec.model.is_builtin:
             continue
         budget = spec.algorithm.max_response_length
-        key = cache_key(spec.data, spec.model, spec.model.warm_start.seed, budget)
+        key = json.dumps(
+            [spec.data.model_dump(mode="json"), spec.model.model_dump(mode="json"), budget]
+        )
         if key in seen:
             continue
         seen.add(key)

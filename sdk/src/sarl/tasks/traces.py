@@ -5,6 +5,8 @@ Called by ``sarl.runner.tiny`` (warm-start SFT targets and tokenizer training te
 then the ``\\boxed{}`` answer::
 
     <think>
+    Goal: ((7 + 5) * 3) - 4.
+
     Plan: work inside out.
 
     Compute 7 + 5 = 12.
@@ -14,7 +16,7 @@ then the ``\\boxed{}`` answer::
     </think>
     \\boxed{32}
 
-The structure varies from trace to trace: an optional plan, compute steps in varied wording,
+The structure varies from trace to trace: an optional restated goal, an optional plan, compute steps in varied wording,
 occasional verify steps (the inverse operation) and revisit/reflect steps, an optional summary.
 Without that variety every warm-started response would have the same reasoning map and the
 structure reward would have nothing to prefer among a group's responses.
@@ -29,8 +31,9 @@ from collections.abc import Sequence
 from sarl.tasks.generators import Problem
 
 _STEP = re.compile(r"^(\d+) ([-+*]) (\d+) = (\d+)$")
+_P_GOAL = 0.7
 _P_PLAN = 0.85
-_P_VERIFY = 0.5
+_P_VERIFY = 0.9
 _P_REFLECT = 0.6
 _P_SUMMARY = 0.85
 
@@ -78,6 +81,13 @@ def _plan(problem: Problem, rng: random.Random) -> str:
     return rng.choice(_ARITHMETIC_PLANS).format(n=len(problem.steps))
 
 
+def _goal(problem: Problem) -> str:
+    """Restate what is asked (a step of its own kind, so short traces still have several)."""
+    if _is_countdown(problem):
+        return "Goal: " + problem.question.removeprefix("Use ").rstrip(".") + "."
+    return "Goal: " + problem.question.removeprefix("Compute ").rstrip(".") + "."
+
+
 def _summary(problem: Problem) -> str:
     if _is_countdown(problem):
         target = problem.question.rstrip(".").rpartition(" ")[2]
@@ -108,6 +118,8 @@ def structured_trace(problem: Problem, rng: random.Random) -> str:
     if not problem.steps:
         raise ValueError(f"problem {problem.question[:60]!r} has no solution steps to trace")
     steps: list[str] = []
+    if rng.random() < _P_GOAL:
+        steps.append(_goal(problem))
     if rng.random() < _P_PLAN:
         steps.append(_plan(problem, rng))
     steps.extend(_body(problem, rng))
