@@ -75,20 +75,21 @@ _ALGORITHMS: dict[str, dict[str, Any]] = {
 }
 
 _LOCAL: dict[str, Any] = {
-    # Sized for a 2-core CPU (a run in about 2-3 minutes after a ~1-minute warm start shared by
-    # every run of a Study) and calibrated so that RL visibly works (see README, "Studies"):
-    # - task: two-operation arithmetic over 1..9 (a small table of facts a tiny model can learn);
-    # - policy: warm-started by SFT on structured traces of up to 128 tokens (their natural
-    #   length, ~69 tokens median), while RL may write only 64: about 60% of the warm-started
-    #   responses run out of budget before their boxed answer, and the optional steps (plan,
-    #   checks, reflections, summary) are what a policy can drop to finish in time. GRPO on the
-    #   ground-truth reward has to learn that; the structure reward has its own preferences;
+    # Sized for a 2-core CPU (about 1-2 minutes a run after a ~30 s warm start shared by every
+    # run of a Study) and calibrated so that RL visibly works (README, "What the local Study
+    # shows"):
+    # - task: two-operation arithmetic over 1..9 (a fact table a tiny model can learn);
+    # - policy: warm-started by SFT on structured traces at their natural length (median ~80
+    #   tokens, capped at 160) while RL may write only 80: about half of the warm-started
+    #   responses run out of budget before their boxed answer. The optional steps (goal, plan,
+    #   checks, reflection, summary) are what a policy can drop to finish in time; GRPO on the
+    #   ground-truth reward has to learn that, the structure reward has its own preferences;
     # - GRPO with 8 prompts x 8 rollouts per step, so most groups have reward variance;
-    # - held-out evaluation on 128 problems never trained on, before any update and every 16
-    #   steps, k=4 samples at temperature 0.6 within the same 64-token budget.
+    # - held-out evaluation on 128 problems never trained on, before any update and every 32
+    #   steps, k=4 samples at temperature 0.6 within the same 80-token budget.
     "model": {
         "name": "builtin:tiny-qwen",
-        "warm_start": {"steps": 1000, "max_response_tokens": 128},
+        "warm_start": {"steps": 1000, "max_response_tokens": 160},
     },
     "data": {"train_size": 512, "eval_size": 128, "difficulty": 2},
     "algorithm": {
@@ -99,14 +100,14 @@ _LOCAL: dict[str, Any] = {
         "learning_rate": 1e-4,
         "kl_coef": 0.001,
         "max_prompt_length": 64,
-        "max_response_length": 64,
+        "max_response_length": 80,
         "epochs": 1,
-        "max_steps": 32,
+        "max_steps": 64,
         "temperature": 1.0,
     },
-    "evaluation": {"k": 4, "every_n_steps": 16, "max_problems": 128},
-    "tracking": {"log_maps_every_n_steps": 16},
-    "storage": {"every_n_steps": 16},
+    "evaluation": {"k": 4, "every_n_steps": 32, "max_problems": 128},
+    "tracking": {"log_maps_every_n_steps": 32},
+    "storage": {"every_n_steps": 32},
     "reward": [{"name": "structure", "settings": {"embedder": {"kind": "local"}, "workers": 1}}],
 }
 

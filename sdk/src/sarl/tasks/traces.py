@@ -16,8 +16,9 @@ then the ``\\boxed{}`` answer::
     </think>
     \\boxed{32}
 
-The structure varies from trace to trace: an optional restated goal, an optional plan, compute steps in varied wording,
-occasional verify steps (the inverse operation) and revisit/reflect steps, an optional summary.
+The structure varies from trace to trace: an optional restated goal, an optional plan, compute
+steps in varied wording, occasional verify steps (the inverse operation) and revisit/reflect
+steps, an optional summary.
 Without that variety every warm-started response would have the same reasoning map and the
 structure reward would have nothing to prefer among a group's responses.
 """
@@ -33,7 +34,7 @@ from sarl.tasks.generators import Problem
 _STEP = re.compile(r"^(\d+) ([-+*]) (\d+) = (\d+)$")
 _P_GOAL = 0.7
 _P_PLAN = 0.85
-_P_VERIFY = 0.9
+_P_VERIFY = 0.5
 _P_REFLECT = 0.6
 _P_SUMMARY = 0.85
 
@@ -82,7 +83,7 @@ def _plan(problem: Problem, rng: random.Random) -> str:
 
 
 def _goal(problem: Problem) -> str:
-    """Restate what is asked (a step of its own kind, so short traces still have several)."""
+    """Restate what is asked: a step of its own kind that involves no arithmetic."""
     if _is_countdown(problem):
         return "Goal: " + problem.question.removeprefix("Use ").rstrip(".") + "."
     return "Goal: " + problem.question.removeprefix("Compute ").rstrip(".") + "."
