@@ -115,11 +115,7 @@ def _model_path(exp: Experiment, root: Path) -> str:
     from sarl.runner.tiny import prepare_tiny_policy
 
     spec = exp.spec
-    return str(
-        prepare_tiny_policy(
-            spec.data, spec.model, cache_dir=root / "cache"
-        )
-    )
+    return str(prepare_tiny_policy(spec.data, spec.model, cache_dir=root / "cache"))
 
 
 def _upload_callback(settings: StoreSettings) -> Any:

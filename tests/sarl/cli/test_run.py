@@ -1,4 +1,5 @@
-"""``sarl run`` without ``--local`` points to ``sarl submit``; ``sarl validate`` on Experiments and Studies."""
+"""``sarl run`` without ``--local`` points to ``sarl submit``; ``sarl validate`` on Experiments
+and Studies."""
 
 from __future__ import annotations
 

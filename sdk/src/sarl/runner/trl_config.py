@@ -5,8 +5,9 @@ Called by ``sarl.runner.session``. The mapping, one field at a time:
 * ``rollouts_per_prompt`` -> ``num_generations``; ``train_batch_size`` prompts per step ->
   ``per_device_train_batch_size = train_batch_size * num_generations`` (TRL counts completions);
   ``mini_batch_size``/``micro_batch_size_per_gpu`` are cluster (verl) knobs, unused on one CPU.
-* ``learning_rate`` (constant, as verl's actor optimizer); ``kl_coef`` -> ``beta`` (TRL's KL is the k3 estimator = verl's
-  ``low_var_kl`` before clamping; preflight refuses other types locally).
+* ``learning_rate`` (constant, as verl's actor optimizer); ``kl_coef`` -> ``beta`` (TRL's KL
+  is the k3 estimator = verl's ``low_var_kl`` before clamping; preflight refuses other types
+  locally).
 * ``max_response_length`` -> ``max_completion_length``; ``temperature``; ``epochs`` ->
   ``num_train_epochs``; ``max_steps``; ``seed``; ``entropy_coef`` (GRPO only).
 * Saving is driven by sarl's checkpoint callback (``save_strategy="no"`` here), logging by its

@@ -4,7 +4,7 @@ document for ``kubectl apply``, notebooks and local runs. ``experiment.py`` hold
 """
 
 from sarl.spec.experiment import Experiment, ExperimentSpec
-from sarl.spec.study import Study
 from sarl.spec.loader import SpecError, load_experiment, load_study
+from sarl.spec.study import Study
 
 __all__ = ["Experiment", "ExperimentSpec", "SpecError", "Study", "load_experiment", "load_study"]

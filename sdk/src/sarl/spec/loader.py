@@ -114,6 +114,7 @@ def validate_study(data: dict[str, Any], label: str = "") -> Study:
     except ValidationError as e:
         raise SpecError(format_validation_error(e, label)) from e
     except StudyFieldError as e:
-        raise SpecError(f"{label + ': ' if label else ''}{e.loc}={_show(e.value)}: {e.message}")
+        where = f"{label}: " if label else ""
+        raise SpecError(f"{where}{e.loc}={_show(e.value)}: {e.message}") from e
     except (RewardConfigError, ValueError) as e:
         raise SpecError(f"{label + ': ' if label else ''}{e}") from e

@@ -148,9 +148,9 @@ def _lookup(tree: Any, loc: tuple[Any, ...]) -> bool:
     """Whether the path ``loc`` (or a prefix naming a key) exists in the override ``tree``."""
     node = tree
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        if (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and part < len(node)
+        ):
             node = node[part]
         else:
             return False
