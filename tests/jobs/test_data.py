@@ -15,7 +15,7 @@ def test_rows_carry_prompt_answer_and_source() -> None:
         {"metadata": {"name": "job"}, "spec": {"preset": "local-grpo-arithmetic"}}
     )
     train, evals = problems(exp)
-    assert (len(train), len(evals)) == (128, 16)
+    assert (len(train), len(evals)) == (exp.spec.data.train_size, exp.spec.evaluation.max_problems)
     rows = verl_rows(exp, train[:2], "train")
     assert rows[0]["prompt"] == [
         {
