@@ -174,3 +174,28 @@ def test_interrupted_run_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     run_id = second.outcomes[0].run_id
     assert client.get_run(run_id).info.status == "FINISHED"
     assert client.get_run(second.parent_run_id).info.status == "FINISHED"
+
+
+def test_client_local_study_passes_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``sarl.Client.local().study`` loads the document and hands the runner its options."""
+    import sarl
+    from sarl.study import runner
+
+    seen: dict[str, Any] = {}
+
+    def fake_run_study(study: Any, opts: StudyOptions) -> str:
+        seen.update(study=study, opts=opts)
+        return "result"
+
+    monkeypatch.setattr(runner, "run_study", fake_run_study)
+    client = sarl.Client.local(workdir=tmp_path, tracking_uri="sqlite:///x.db", progress=False)
+    assert client.study(tiny_study(parallelism=2), out_dir=tmp_path / "o") == "result"
+    assert seen["study"].name == "tiny"
+    opts = seen["opts"]
+    assert (opts.workdir, opts.tracking_uri, opts.jobs, opts.progress) == (
+        tmp_path,
+        "sqlite:///x.db",
+        2,
+        False,
+    )
+    assert opts.out_dir == tmp_path / "o"
