@@ -26,7 +26,7 @@ BASE: dict[str, Any] = {
                     ]
                 },
             },
-            {"name": "sarl", "override": {"algorithm": {"learning_rate": 1e-4}}},
+            {"name": "sarl", "override": {"algorithm": {"learning_rate": 3e-4}}},
         ],
         "seeds": [0, 1],
     },
@@ -55,8 +55,8 @@ def test_runs_are_arm_by_seed_seed_major() -> None:
 def test_override_merges_over_base_and_preset() -> None:
     gt, sarl = load_study(doc()).runs()[:2]
     assert [t.name for t in gt.experiment.spec.reward] == ["ground_truth", "structure"]
-    assert gt.experiment.spec.algorithm.learning_rate != 1e-4
-    assert sarl.experiment.spec.algorithm.learning_rate == 1e-4
+    assert gt.experiment.spec.algorithm.learning_rate != 3e-4
+    assert sarl.experiment.spec.algorithm.learning_rate == 3e-4
     # The base's own field and the preset's fields survive the override.
     assert sarl.experiment.spec.algorithm.max_steps == 4
     assert sarl.experiment.spec.model.name == "builtin:tiny-qwen"
@@ -110,7 +110,7 @@ def _arm(i: int, **override: Any) -> dict[str, Any]:
         (_arm(1, algorithm={"seed": 3}), "set per run by spec.seeds"),
         (
             _arm(1, algorithm={"mini_batch_size": 100}),
-            "mini_batch_size: 100 exceeds train_batch_size 4",
+            "mini_batch_size: 100 exceeds train_batch_size 8",
         ),
         (
             doc(arms=[{"name": "a", "override": {"data": {"task": "dataset"}}}]),
