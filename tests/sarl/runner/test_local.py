@@ -90,7 +90,10 @@ def test_run_logs_metrics_params_spec_and_maps(first_run: tuple[RunResult, str, 
         assert steps == [1, 2, 3, 4], metric
     assert [m.step for m in client.get_metric_history(result.run_id, "kl")]
     evals = client.get_metric_history(result.run_id, "eval/heldout/pass_at_2")
-    assert [m.step for m in evals] == [2, 4, 4]  # every 2 steps, plus the final evaluation
+    # before any update, every 2 steps; the final evaluation reuses the one at the last step
+    assert [m.step for m in evals] == [0, 2, 4]
+    for metric in ("answer_rate", "frac_reward_zero_std", "structure/degenerate"):
+        assert len(client.get_metric_history(result.run_id, metric)) == 4, metric
     artifacts = {a.path for a in client.list_artifacts(result.run_id)}
     assert {"spec", "maps"} <= artifacts
     maps = client.list_artifacts(result.run_id, "maps/step-000002")
