@@ -35,5 +35,9 @@ def test_single_node_main_hands_the_composed_config_to_verl(
     assert config.actor_rollout_ref.model.path == "/models/tiny"
     assert (config.trainer.nnodes, config.trainer.n_gpus_per_node) == (1, 1)
     train = pd.read_parquet(config.data.train_files)
-    assert len(train) == 128 and list(train["prompt"][0][0]) == ["role", "content"]
-    assert len(pd.read_parquet(config.data.val_files)) == 16
+    from sarl.spec.presets import preset
+
+    local = preset("local-grpo-arithmetic")
+    assert len(train) == local["data"]["train_size"]
+    assert list(train["prompt"][0][0]) == ["role", "content"]
+    assert len(pd.read_parquet(config.data.val_files)) == local["evaluation"]["max_problems"]
