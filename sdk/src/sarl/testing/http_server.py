@@ -113,9 +113,24 @@ def serve_in_foreground(
         server = make_server()
     except errors as e:
         parser.error(str(e))
+    _ctrl_c_interrupts()
     print(banner(server), flush=True)
     server.serve_until_interrupted()
     return 0
+
+
+def _ctrl_c_interrupts() -> None:
+    """Make SIGINT raise KeyboardInterrupt here, whatever this process inherited.
+
+    A child inherits an ignored SIGINT (and a blocked one) from its parent, e.g. a test runner
+    or a shell job started in the background; Python then never installs its KeyboardInterrupt
+    handler and Ctrl-C would not stop the server: the parent's wait hangs.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class _HTTPServer(ThreadingHTTPServer):
