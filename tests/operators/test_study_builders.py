@@ -154,6 +154,7 @@ def test_report_job_runs_sarl_study_report_into_the_parent_run() -> None:
         "$(MLFLOW_TRACKING_URI)",
         "--out",
         "/tmp/report",
+        "--finish",
     ]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["MLFLOW_RUN_ID"] == "parent-1" and env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"

@@ -128,10 +128,11 @@ def report_job(
     platform: builders.Platform = builders.DEFAULT_PLATFORM,
 ) -> dict[str, Any]:
     """Job ``<study>-report``: ``sarl study report <study> --tracking-uri $MLFLOW_TRACKING_URI
-    --out /tmp/report`` on CPU, built like the evaluation Job (same pod builder and environment,
-    ``MLFLOW_RUN_ID`` = the parent run, ``SARL_CONFIG`` = the mounted ``study.yaml``), after an
-    init container that logs ``study.yaml`` to the parent run (``mlflow artifacts
-    log-artifact``). The report logs itself under ``report/`` of the parent run."""
+    --out /tmp/report --finish`` on CPU, built like the evaluation Job (same pod builder and
+    environment, ``MLFLOW_RUN_ID`` = the parent run, ``SARL_CONFIG`` = the mounted
+    ``study.yaml``), after an init container that logs ``study.yaml`` to the parent run
+    (``mlflow artifacts log-artifact``). The report logs itself under ``report/`` of the parent
+    run, then closes that run (``--finish``)."""
     base = base_experiment(study, namespace)
     env = builders.job_env(
         base, namespace, parent_run_id, tracking_uri, platform, config_file=STUDY_FILE
@@ -149,6 +150,7 @@ def report_job(
             "$(MLFLOW_TRACKING_URI)",
             "--out",
             REPORT_OUT,
+            "--finish",  # the Study is over: close its MLflow parent run
         ],
         "env": env,
         "resources": {},

@@ -50,6 +50,23 @@ def test_no_log_leaves_the_parent_run_alone(
     assert len(client.get_metric_history(parent_id, "study/gt/flags")) == before
 
 
+@pytest.mark.usefixtures("no_drawing")
+def test_finish_closes_the_parent_run(
+    store_uri: str, logged_study: tuple[Study, str], tmp_path: Path
+) -> None:
+    """What the cluster's report Job runs: the parent run ends FINISHED, not RUNNING."""
+    study, parent_id = logged_study
+    client = MlflowClient(store_uri)
+    client.update_run(parent_id, status="RUNNING")
+    args = ["report", study.name, "--tracking-uri", store_uri, "--out", str(tmp_path)]
+    result = CliRunner().invoke(sarl.cli.study.app, args)
+    assert result.exit_code == 0, result.output
+    assert client.get_run(parent_id).info.status == "RUNNING"  # not without --finish
+    result = CliRunner().invoke(sarl.cli.study.app, [*args, "--finish"])
+    assert result.exit_code == 0, result.output
+    assert client.get_run(parent_id).info.status == "FINISHED"
+
+
 @pytest.mark.parametrize(
     ("args", "error"),
     [

@@ -55,6 +55,14 @@ def report_command(
         bool,
         typer.Option("--log/--no-log", help="Also log the report to the Study's parent run."),
     ] = True,
+    finish: Annotated[
+        bool,
+        typer.Option(
+            "--finish",
+            help="Then mark the parent run FINISHED (the Study is over; the cluster's report "
+            "Job does this, a local `sarl study run` finishes its parent itself).",
+        ),
+    ] = False,
 ) -> None:
     """Report a Study: each arm over seeds, paired against the reference arm, with flags.
 
@@ -71,7 +79,23 @@ def report_command(
         raise fail(str(e)) from e
     except OSError as e:
         raise fail(f"--out {out or 'out/<study>'}: {e.strerror or e}") from e
+    if finish:
+        _finish_parent(uri, study)
     files = ReportFiles.under(out or Path("out") / report.study)
     typer.echo(report.to_markdown())
     for path in files.paths:
         typer.echo(f"wrote {path}")
+
+
+def _finish_parent(uri: str, study: str) -> None:
+    """Close the Study's parent run as FINISHED (one line and exit 2 if MLflow refuses)."""
+    from sarl.study.history import find_parent_run
+    from sarl.tracking.store import guarded, make_client
+    from sarl.tracking.tracker import TrackingError
+
+    try:
+        parent = find_parent_run(uri, study)
+        client = make_client(uri)
+        guarded(uri, f"closing run {parent}", lambda: client.set_terminated(parent, "FINISHED"))
+    except (TrackingError, ValueError) as e:
+        raise fail(str(e)) from e
