@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from sarl.runner.local import RunResult
 
 FileArg = Annotated[Path, typer.Argument(help="Experiment YAML (apiVersion sarl.dev/v1alpha1).")]
+# Shared with `sarl study run`: where local runs keep their state and log.
+TrackingUriOpt = Annotated[
+    str | None,
+    typer.Option("--tracking-uri", help="MLflow server or store (overrides spec.tracking)."),
+]
+WorkdirOpt = Annotated[
+    Path, typer.Option("--workdir", help="Local state: MLflow store, checkpoints, caches.")
+]
 
 
 def run_command(
@@ -27,13 +35,8 @@ def run_command(
             "--resume", help="Continue from the last complete checkpoint and the same MLflow run."
         ),
     ] = False,
-    tracking_uri: Annotated[
-        str | None,
-        typer.Option("--tracking-uri", help="MLflow server or store (overrides spec.tracking)."),
-    ] = None,
-    workdir: Annotated[
-        Path, typer.Option("--workdir", help="Local state: MLflow store, checkpoints, caches.")
-    ] = Path(".sarl"),
+    tracking_uri: TrackingUriOpt = None,
+    workdir: WorkdirOpt = Path(".sarl"),
 ) -> None:
     """Run an Experiment here with --local (CPU, TRL); on a cluster use `sarl submit`."""
     from sarl.runner.preflight import PreflightError

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sarl.cli.options import fail
+from sarl.cli.run import TrackingUriOpt, WorkdirOpt
 
 if TYPE_CHECKING:
     from sarl.study.runner import StudyResult
@@ -31,13 +32,8 @@ def run_command(
             "Default: spec.parallelism, else 1.",
         ),
     ] = None,
-    tracking_uri: Annotated[
-        str | None,
-        typer.Option("--tracking-uri", help="MLflow server or store (overrides spec.tracking)."),
-    ] = None,
-    workdir: Annotated[
-        Path, typer.Option("--workdir", help="Local state: MLflow store, checkpoints, caches.")
-    ] = Path(".sarl"),
+    tracking_uri: TrackingUriOpt = None,
+    workdir: WorkdirOpt = Path(".sarl"),
     out: Annotated[
         Path | None, typer.Option("--out", help="Report folder. Default: out/<study>.")
     ] = None,
