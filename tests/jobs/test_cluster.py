@@ -1,36 +1,86 @@
-"""The PyTorchJob environment and the Ray command of each rank."""
+"""The PyTorchJob environment (as the Training Operator v1.7/v1.9 sets it) and each node's Ray
+command."""
 
 from __future__ import annotations
 
 import pytest
 
-from sarl_jobs.cluster import RAY_PORT, ClusterEnv, ray_start_command
+from sarl_jobs.cluster import DEFAULT_MASTER_PORT, RAY_PORT, ClusterEnv, ray_start_command
 
-JOB_ENV = {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "3"}
+
+def operator_env(node_rank: int, nnodes: int, nproc: str) -> dict[str, str]:
+    """What Training Operator v1.9's ``setPodEnv`` gives replica ``node_rank`` of a job with
+    ``nnodes`` replicas and ``nprocPerNode=nproc`` (envvar.go, master.go)."""
+    per_node = int(nproc) if nproc.isdigit() else 1
+    return {
+        "PYTHONUNBUFFERED": "1",
+        "MASTER_PORT": "23456",
+        "PET_MASTER_PORT": "23456",
+        "MASTER_ADDR": "job-master-0",
+        "PET_MASTER_ADDR": "job-master-0",
+        "WORLD_SIZE": str(nnodes * per_node),
+        "RANK": str(node_rank),
+        "PET_NODE_RANK": str(node_rank),
+        "PET_NPROC_PER_NODE": nproc,
+        "PET_NNODES": str(nnodes),
+    }
 
 
 def test_defaults_are_one_node() -> None:
     env = ClusterEnv.from_env({})
-    assert (env.rank, env.world_size, env.is_head) == (0, 1, True)
+    assert (env.node_rank, env.nnodes, env.is_head) == (0, 1, True)
+    assert env.master_port == DEFAULT_MASTER_PORT
+
+
+@pytest.mark.parametrize(("nnodes", "nproc"), [(1, "8"), (2, "8"), (4, "1"), (2, "auto")])
+def test_nodes_come_from_pet_variables_not_world_size(nnodes: int, nproc: str) -> None:
+    """The 1-node x 8-GPU job: WORLD_SIZE is 8 (processes), the job has one node."""
+    for rank in range(nnodes):
+        env = ClusterEnv.from_env(operator_env(rank, nnodes, nproc))
+        assert (env.node_rank, env.nnodes) == (rank, nnodes)
+        assert env.nproc_per_node == (int(nproc) if nproc.isdigit() else None)
+        assert env.is_head == (rank == 0)
+        assert (env.master_addr, env.master_port) == ("job-master-0", 23456)
+
+
+def test_without_pet_variables_world_size_counts_processes() -> None:
+    env = ClusterEnv.from_env({"WORLD_SIZE": "16", "PET_NPROC_PER_NODE": "8", "RANK": "1"})
+    assert (env.nnodes, env.node_rank) == (2, 1)
 
 
 def test_rank_zero_starts_the_head() -> None:
-    env = ClusterEnv.from_env({**JOB_ENV, "RANK": "0"})
+    env = ClusterEnv.from_env(operator_env(0, 3, "8"))
     command = ray_start_command(env, num_gpus=8)
     assert command[:3] == ["ray", "start", "--head"] and f"--port={RAY_PORT}" in command
     assert "--num-gpus=8" in command and "--block" not in command
 
 
 def test_other_ranks_join_the_head_and_block() -> None:
-    env = ClusterEnv.from_env({**JOB_ENV, "RANK": "2"})
+    env = ClusterEnv.from_env(operator_env(2, 3, "8"))
     command = ray_start_command(env, num_gpus=8)
     assert f"--address=job-master-0:{RAY_PORT}" in command and "--block" in command
-    assert env.master_port == 23456
+
+
+def test_the_spec_node_count_is_checked() -> None:
+    env = ClusterEnv.from_env(operator_env(0, 2, "8"))
+    env.check_layout(nodes=2)
+    with pytest.raises(ValueError, match=r"PET_NNODES=2 but spec\.resources\.nodes=1"):
+        env.check_layout(nodes=1)
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
-    [({"RANK": "3", "WORLD_SIZE": "3"}, "RANK=3"), ({"RANK": "x"}, "PyTorchJob environment")],
+    [
+        ({"PET_NODE_RANK": "3", "PET_NNODES": "3"}, r"PET_NODE_RANK=3 is not in \[0, PET_NNODES=3\)"),
+        ({"RANK": "x"}, r"RANK='x' is not an integer"),
+        ({"PET_NNODES": "1:4"}, r"PET_NNODES='1:4': an elastic node range"),
+        ({"PET_NNODES": "0"}, r"PET_NNODES=0: must be >= 1"),
+        ({"MASTER_PORT": "http"}, r"MASTER_PORT='http'"),
+        (
+            {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "8", "WORLD_SIZE": "2"},
+            r"WORLD_SIZE=2 but PET_NNODES=2 x PET_NPROC_PER_NODE=8 = 16",
+        ),
+    ],
 )
 def test_bad_environment_is_refused(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -1,9 +1,24 @@
-"""Where this process sits in a Kubeflow PyTorchJob, and the Ray commands for its rank.
+"""Where this pod sits in a Kubeflow PyTorchJob, and the Ray commands for its node.
 
-Called by :mod:`sarl_jobs.verl_trainer` (rank 0 starts the Ray head and the driver; other ranks
-join it) and :mod:`sarl_jobs.trl_trainer` (accelerate's machine rank and main process). The
-PyTorchJob controller sets ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK`` and ``WORLD_SIZE`` (one
-process per pod, so rank = node index and world size = node count). Pure: no subprocess here.
+Called by :mod:`sarl_jobs.verl_trainer` (node 0 starts the Ray head and the driver; other nodes
+join it) and :mod:`sarl_jobs.trl_trainer` (the launcher's machine rank and main process). Pure:
+no subprocess here.
+
+The contract is the Training Operator's (``pkg/controller.v1/pytorch/envvar.go`` and
+``master.go`` at v1.7.0 and v1.9.0), which sets on every replica:
+
+* ``PET_NNODES`` = number of replicas (Master + Workers), ``PET_NODE_RANK`` = ``RANK`` = replica
+  index (Master 0, Worker ``i`` is ``i + 1``), ``PET_NPROC_PER_NODE`` = the job's
+  ``nprocPerNode`` (``"auto"`` by default),
+* ``WORLD_SIZE`` = replicas x ``nprocPerNode`` (1 when not a number): the number of *training
+  processes*, not of nodes. The operator's PyTorchJob sets ``nprocPerNode`` to the GPUs per node
+  (each pod launches one process per GPU), so ``WORLD_SIZE`` is ``nodes x GPUs``; reading it as
+  the node count made a 1-node x 8-GPU verl job wait for 8 Ray nodes,
+* ``MASTER_ADDR`` = ``PET_MASTER_ADDR`` = ``<job>-master-0`` and ``MASTER_PORT`` (23456 unless the
+  ``pytorch`` container names a ``pytorchjob-port``).
+
+So the node layout comes from the ``PET_*`` variables; ``WORLD_SIZE`` is only checked against
+them. Without any of them the pod is a single node (a local smoke run).
 """
 
 from __future__ import annotations
@@ -13,40 +28,88 @@ from dataclasses import dataclass
 from typing import Final
 
 RAY_PORT: Final = 6379
+#: The Training Operator's default master port (``PyTorchJobDefaultPort``).
+DEFAULT_MASTER_PORT: Final = 23456
 
 
 @dataclass(frozen=True)
 class ClusterEnv:
-    """This pod's place in the job: ``rank`` of ``world_size`` nodes, rank 0 at ``master_addr``."""
+    """This pod's place in the job: node ``node_rank`` of ``nnodes``, node 0 at
+    ``master_addr:master_port``; ``nproc_per_node`` is the job's ``nprocPerNode`` when it is a
+    number (None: ``auto`` or unset)."""
 
     master_addr: str
     master_port: int
-    rank: int
-    world_size: int
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int | None = None
 
     @property
     def is_head(self) -> bool:
-        return self.rank == 0
+        return self.node_rank == 0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ClusterEnv:
-        """From the PyTorchJob's variables; unset means a single node (local smoke runs)."""
-        try:
-            env = cls(
-                master_addr=environ.get("MASTER_ADDR", "127.0.0.1"),
-                master_port=int(environ.get("MASTER_PORT", "29500")),
-                rank=int(environ.get("RANK", "0")),
-                world_size=int(environ.get("WORLD_SIZE", "1")),
-            )
-        except ValueError as e:
-            raise ValueError(f"PyTorchJob environment: {e}") from e
-        if not 0 <= env.rank < env.world_size:
-            raise ValueError(f"RANK={env.rank} is not in [0, WORLD_SIZE={env.world_size})")
+        """From the PyTorchJob's variables (see the module docstring); errors name the variable
+        and its value."""
+        nproc_raw = environ.get("PET_NPROC_PER_NODE", "")
+        nproc = _int(environ, "PET_NPROC_PER_NODE", None) if nproc_raw.isdigit() else None
+        if "PET_NNODES" in environ:
+            raw = environ["PET_NNODES"]
+            if ":" in raw:
+                raise ValueError(
+                    f"PET_NNODES={raw!r}: an elastic node range; sarl jobs run a fixed number of "
+                    "nodes (a PyTorchJob without elasticPolicy)"
+                )
+            nnodes = _int(environ, "PET_NNODES", 1)
+        else:  # no Training Operator: WORLD_SIZE counts processes, nprocPerNode of them per node
+            world = _int(environ, "WORLD_SIZE", 1)
+            nnodes = max(world // (nproc or 1), 1)
+        node_rank = _int(environ, "PET_NODE_RANK", _int(environ, "RANK", 0))
+        env = cls(
+            master_addr=environ.get("MASTER_ADDR") or environ.get("PET_MASTER_ADDR") or "127.0.0.1",
+            master_port=_int(environ, "MASTER_PORT", DEFAULT_MASTER_PORT),
+            node_rank=node_rank,
+            nnodes=nnodes,
+            nproc_per_node=nproc,
+        )
+        if env.nnodes < 1:
+            raise ValueError(f"PET_NNODES={env.nnodes}: must be >= 1")
+        if not 0 <= env.node_rank < env.nnodes:
+            raise ValueError(f"PET_NODE_RANK={env.node_rank} is not in [0, PET_NNODES={env.nnodes})")
+        world = environ.get("WORLD_SIZE")
+        if world is not None and nproc is not None and "PET_NNODES" in environ:
+            if _int(environ, "WORLD_SIZE", 1) != env.nnodes * nproc:
+                raise ValueError(
+                    f"WORLD_SIZE={world} but PET_NNODES={env.nnodes} x PET_NPROC_PER_NODE={nproc}"
+                    f" = {env.nnodes * nproc}: not a Training Operator environment"
+                )
         return env
+
+    def check_layout(self, *, nodes: int) -> None:
+        """Raise ValueError when the job's node count is not the spec's ``resources.nodes``
+        (the PyTorchJob was edited, or the pod runs another Experiment's config)."""
+        if self.nnodes != nodes:
+            raise ValueError(
+                f"PET_NNODES={self.nnodes} but spec.resources.nodes={nodes}: the PyTorchJob and "
+                "the Experiment disagree on the number of nodes"
+            )
+
+
+def _int(environ: Mapping[str, str], name: str, default: int | None) -> int:
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise ValueError(f"{name} is not set")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"PyTorchJob environment: {name}={raw!r} is not an integer") from None
 
 
 def ray_start_command(env: ClusterEnv, *, num_gpus: int) -> list[str]:
-    """``ray start`` for this rank: the head on rank 0, a blocking worker elsewhere.
+    """``ray start`` for this node: the head on node 0, a blocking worker elsewhere.
 
     Workers ``--block`` so the pod lives as long as the Ray node does; the head returns and the
     driver (verl's ``main_ppo``) runs next in the same pod.

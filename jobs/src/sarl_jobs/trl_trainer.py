@@ -7,8 +7,12 @@ Run inside a Kubeflow PyTorchJob (one pod per node, every pod runs the same comm
 or ``from sarl_jobs.trl_trainer import main; main("experiment.yaml")``. Needs the ``[trl]`` extra
 (``pip install -e jobs[trl]``). ``main`` writes accelerate's FSDP2 config
 (:func:`sarl.integrations.trl_cluster.accelerate_config`) to a YAML file and runs
-``accelerate launch`` (torchrun underneath) with this pod's ``RANK``, ``MASTER_ADDR`` and
-``MASTER_PORT`` from the PyTorchJob; every launched process calls :func:`train`.
+``accelerate launch`` (torchrun underneath) with this pod's node rank, node count
+(``PET_NODE_RANK``, ``PET_NNODES``, see :mod:`sarl_jobs.cluster`), ``MASTER_ADDR`` and
+``MASTER_PORT`` from the PyTorchJob; every launched process calls :func:`train`. On CPU-only
+nodes (``resources.gpus_per_node: 0``) it runs ``torch.distributed.run`` instead, one process per
+node, and trains with DDP over gloo (FSDP2 needs a collective gloo lacks). ``--dry-run`` prints
+the plan (:func:`plan`) as JSON and runs nothing.
 
 The spec -> ``GRPOConfig``/``RLOOConfig`` mapping is ``sarl.runner.trl_config.training_args``
 (the local runner's), with the cluster's batch layout on top
@@ -23,43 +27,106 @@ Tracking: transformers' MLflow callback (``MLFLOW_TRACKING_URI``).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from sarl.integrations.trl_cluster import accelerate_config, check_supported, cluster_overrides
+from sarl.integrations.trl_cluster import (
+    accelerate_config,
+    check_supported,
+    cluster_overrides,
+    processes_per_node,
+)
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
 from sarl_jobs.cluster import ClusterEnv
-from sarl_jobs.resume import StoreSettings, local_trl_checkpoint, restore_trl
+
+#: Stands for the accelerate config file in a dry-run plan (written to a temp dir at start).
+ACCELERATE_CONFIG_PLACEHOLDER: Final = "<accelerate.yaml>"
+
+
+def plan(exp: Experiment, environ: Mapping[str, str], cfg_path: str | Path) -> dict[str, Any]:
+    """What this pod will do, as plain data (printed by ``--dry-run``, followed by :func:`main`).
+
+    GPU nodes: ``accelerate launch`` with FSDP2 (``accelerate_config``), one process per GPU.
+    CPU-only nodes (``gpus_per_node: 0``): ``torch.distributed.run`` with one process per node,
+    DDP over gloo (accelerate's MULTI_CPU; FSDP2 needs ``reduce_scatter``, which gloo lacks).
+    ``command`` holds :data:`ACCELERATE_CONFIG_PLACEHOLDER` where the config file goes. Raises
+    ValueError naming the variable or field when the pod's environment and the spec disagree.
+    """
+    check_supported(exp)
+    env = ClusterEnv.from_env(environ)
+    env.check_layout(nodes=exp.spec.resources.nodes)
+    per_node = processes_per_node(exp)
+    cpu = exp.spec.resources.gpus_per_node == 0
+    worker = ["-m", "sarl_jobs.trl_trainer", "--worker", str(cfg_path)]
+    out: dict[str, Any] = {
+        "backend": "trl",
+        "experiment": exp.name,
+        "role": "main" if env.is_head else "worker",
+        "node_rank": env.node_rank,
+        "nnodes": env.nnodes,
+        "processes_per_node": per_node,
+        "device": "cpu" if cpu else "gpu",
+        "master": f"{env.master_addr}:{env.master_port}",
+    }
+    if cpu:
+        out["launcher"] = "torchrun"
+        out["accelerate_config"] = None
+        out["command"] = [
+            sys.executable, "-m", "torch.distributed.run",
+            f"--nnodes={env.nnodes}", f"--nproc_per_node={per_node}",
+            f"--node_rank={env.node_rank}",
+            f"--master_addr={env.master_addr}", f"--master_port={env.master_port}",
+            *worker,
+        ]  # fmt: skip
+    else:
+        out["launcher"] = "accelerate"
+        out["accelerate_config"] = accelerate_config(exp)
+        out["command"] = [
+            sys.executable, "-m", "accelerate.commands.launch",
+            "--config_file", ACCELERATE_CONFIG_PLACEHOLDER,
+            "--num_machines", str(env.nnodes),
+            "--num_processes", str(env.nnodes * per_node),
+            "--machine_rank", str(env.node_rank),
+            "--main_process_ip", env.master_addr,
+            "--main_process_port", str(env.master_port),
+            *worker,
+        ]  # fmt: skip
+    out["training_args"] = cluster_overrides(exp, env.nnodes * per_node)
+    return out
 
 
 def main(cfg_path: str | Path) -> None:
-    """Launch :func:`train` on this pod's GPUs with accelerate; see the module docstring."""
+    """Launch :func:`train` on this pod's GPUs (or CPU); see the module docstring."""
     import yaml
 
     exp = load_experiment(Path(cfg_path))
-    check_supported(exp)
-    env = ClusterEnv.from_env(os.environ)
-    config_file = Path(tempfile.mkdtemp(prefix="sarl-accelerate-")) / "accelerate.yaml"
-    config_file.write_text(yaml.safe_dump(accelerate_config(exp)), encoding="utf-8")
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(config_file),
-        "--machine_rank", str(env.rank),
-        "--main_process_ip", env.master_addr,
-        "--main_process_port", str(env.master_port),
-        "-m", "sarl_jobs.trl_trainer", "--worker", str(cfg_path),
-    ]  # fmt: skip
-    subprocess.run(command, check=True)
+    steps = plan(exp, os.environ, cfg_path)
+    command = list(steps["command"])
+    child_env = dict(os.environ)
+    if steps["accelerate_config"] is not None:
+        config_file = Path(tempfile.mkdtemp(prefix="sarl-accelerate-")) / "accelerate.yaml"
+        config_file.write_text(yaml.safe_dump(steps["accelerate_config"]), encoding="utf-8")
+        command[command.index(ACCELERATE_CONFIG_PLACEHOLDER)] = str(config_file)
+    else:
+        child_env["ACCELERATE_USE_CPU"] = "true"  # accelerate's MULTI_CPU: gloo
+    subprocess.run(command, check=True, env=child_env)
 
 
-def train(cfg_path: str | Path, *, output_dir: str | Path = "/tmp/sarl-trl") -> None:
-    """One training process (started by accelerate): build the trainer and train."""
+def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None:
+    """One training process (started by the launcher): build the trainer and train.
+
+    ``output_dir`` defaults to ``$TMPDIR/sarl-trl`` (``/tmp/sarl-trl`` in a pod): the container's
+    own disk, which a restarted container does not keep — the store is what survives."""
+    output_dir = Path(output_dir) if output_dir else Path(tempfile.gettempdir()) / "sarl-trl"
     from accelerate import PartialState
     from datasets import Dataset
 
@@ -138,14 +205,37 @@ def _upload_callback(settings: StoreSettings) -> Any:
     return UploadCheckpoints()
 
 
-def _cli(argv: list[str]) -> None:
-    if argv[:1] == ["--worker"] and len(argv) == 2:
+def _cli(argv: list[str]) -> int:
+    if argv[:1] == ["--worker"] and len(argv) == 2:  # a process started by the launcher
         train(argv[1])
-    elif len(argv) == 1:
-        main(argv[0])
-    else:
-        raise SystemExit("usage: python -m sarl_jobs.trl_trainer EXPERIMENT.yaml")
+        return 0
+    parser = argparse.ArgumentParser(
+        prog="python -m sarl_jobs.trl_trainer",
+        description="Train an Experiment with TRL in a PyTorchJob pod (see the module docstring).",
+    )
+    parser.add_argument("config", nargs="?", help="the Experiment YAML (as --config)")
+    parser.add_argument("--config", dest="config_opt", metavar="FILE", help="the Experiment YAML")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print this pod's plan (role, nodes, processes, launch command, accelerate config, "
+        "training arguments) as JSON; run nothing",
+    )
+    args = parser.parse_args(argv)
+    config = args.config_opt or args.config
+    if not config:
+        parser.error("the Experiment YAML is required (CONFIG or --config FILE)")
+    try:
+        if args.dry_run:
+            exp = load_experiment(Path(config))
+            print(json.dumps(plan(exp, os.environ, config), indent=2, default=str))
+            return 0
+        main(config)
+    except ValueError as e:  # the spec, or the pod's environment, is wrong: say which
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    _cli(sys.argv[1:])
+    sys.exit(_cli(sys.argv[1:]))

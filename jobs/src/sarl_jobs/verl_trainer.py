@@ -5,14 +5,16 @@ Run inside a Kubeflow PyTorchJob (one pod per node, every pod runs the same comm
     python -m sarl_jobs.verl_trainer /etc/sarl/experiment.yaml
 
 or ``from sarl_jobs.verl_trainer import main; main("experiment.yaml")``. Needs the ``[verl]``
-extra (``pip install -e jobs[verl]``) and GPUs.
+extra (``pip install -e jobs[verl]``) and GPUs. ``--dry-run`` prints this pod's plan as JSON
+(:func:`plan`: role, nodes, GPUs per node, the Ray command, verl's overrides) and runs nothing —
+``kubectl exec`` it in a pod of a PyTorchJob to see what that pod would do.
 
-* Rank 0 (``RANK`` from the PyTorchJob) starts the Ray head, waits until ``WORLD_SIZE`` nodes
-  joined, writes the task's train/eval prompts as verl parquet files, builds the built-in model if
-  the spec names it, composes verl's ``ppo_trainer.yaml`` with
+* Node 0 (``PET_NODE_RANK`` from the PyTorchJob, see :mod:`sarl_jobs.cluster`) starts the Ray
+  head, waits until ``PET_NNODES`` Ray nodes joined, writes the task's train/eval prompts as
+  verl parquet files, builds the built-in model if the spec names it, composes verl's ``ppo_trainer.yaml`` with
   :func:`sarl.integrations.verl.config.verl_overrides` and runs verl's ``main_ppo.main``
   (the driver).
-* Other ranks join with ``ray start --address=$MASTER_ADDR:6379 --block`` and live as long as the
+* Other nodes join with ``ray start --address=$MASTER_ADDR:6379 --block`` and live as long as the
   head; when the driver ends the head stops and the workers exit.
 * Resume: before the driver starts, :func:`sarl_jobs.resume.restore_verl` puts the store's
   newest complete checkpoint into ``trainer.default_local_dir`` (verl resumes from it), so a
@@ -26,13 +28,17 @@ extra (``pip install -e jobs[verl]``) and GPUs.
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from sarl.integrations.verl.config import verl_overrides
 from sarl.spec.experiment import Experiment
@@ -43,31 +49,89 @@ from sarl_jobs.resume import StoreSettings, restore_verl
 
 logger = logging.getLogger(__name__)
 _NODE_WAIT_S = 600.0
+#: ``$TMPDIR/sarl-verl`` (``/tmp/sarl-verl`` in a pod): data, built model, local checkpoints.
+DEFAULT_WORKDIR: Final = str(Path(tempfile.gettempdir()) / "sarl-verl")
+#: Shown in a dry-run plan where the built-in model's directory will be (built at start).
+BUILTIN_MODEL_PLACEHOLDER: Final = "<built-in model, built at start under {root}/cache>"
 
 
-def main(cfg_path: str | Path, *, workdir: str | Path = "/tmp/sarl-verl") -> None:
+def plan(
+    exp: Experiment, environ: Mapping[str, str], *, workdir: str | Path = DEFAULT_WORKDIR
+) -> dict[str, Any]:
+    """What this pod will do, as plain data (printed by ``--dry-run``, followed by :func:`main`).
+
+    ``role`` is ``head`` (node 0: Ray head, waits for ``nnodes`` Ray nodes, then the verl
+    driver with ``verl_overrides``) or ``worker`` (joins the head and blocks). One node: verl
+    starts its own local Ray (``ray`` is null). Raises ValueError naming the variable or field
+    when the PyTorchJob's environment and the spec disagree.
+    """
+    env = ClusterEnv.from_env(environ)
+    env.check_layout(nodes=exp.spec.resources.nodes)
+    gpus = exp.spec.resources.gpus_per_node
+    root = Path(workdir)
+    out: dict[str, Any] = {
+        "backend": "verl",
+        "experiment": exp.name,
+        "role": "head" if env.is_head else "worker",
+        "node_rank": env.node_rank,
+        "nnodes": env.nnodes,
+        "n_gpus_per_node": gpus,
+        "master": f"{env.master_addr}:{env.master_port}",
+        "ray": None,
+    }
+    if env.nnodes > 1:
+        out["ray"] = {
+            "start": ray_start_command(env, num_gpus=gpus),
+            "wait_for_nodes": env.nnodes if env.is_head else None,
+        }
+    if not env.is_head:
+        return out
+    store = StoreSettings.resolve(exp, environ)
+    data = root / "data"
+    model_path = None
+    if exp.spec.model.is_builtin:
+        model_path = BUILTIN_MODEL_PLACEHOLDER.format(root=root)
+    out["checkpoint"] = {"uri": store.uri, "local_dir": str(root / "checkpoints")}
+    out["verl_overrides"] = verl_overrides(
+        exp,
+        train_files=str(data / "train.parquet"),
+        val_files=str(data / "val.parquet"),
+        n_gpus_per_node=gpus,
+        nnodes=env.nnodes,
+        mlflow_run_id=environ.get("MLFLOW_RUN_ID"),
+        model_path=model_path,
+        checkpoint_uri=store.uri,
+        checkpoint_dir=str(root / "checkpoints"),
+        endpoint_url=store.endpoint_url,
+        tracking_uri=environ.get("MLFLOW_TRACKING_URI"),
+    )
+    return out
+
+
+def main(cfg_path: str | Path, *, workdir: str | Path = DEFAULT_WORKDIR) -> None:
     """Run the Experiment at ``cfg_path`` with verl; see the module docstring."""
     exp = load_experiment(Path(cfg_path))
+    steps = plan(exp, os.environ, workdir=workdir)
     env = ClusterEnv.from_env(os.environ)
-    gpus = exp.spec.resources.gpus_per_node
+    ray = steps["ray"]
     if not env.is_head:
         # Blocks until the head goes away; a non-zero exit then is the normal end of the job.
-        done = subprocess.run(ray_start_command(env, num_gpus=gpus), check=False)
-        logger.info("Ray worker on rank %d exited with %d", env.rank, done.returncode)
+        done = subprocess.run(ray["start"], check=False)
+        logger.info("Ray worker on node %d exited with %d", env.node_rank, done.returncode)
         return
-    if env.world_size == 1:  # verl's run_ppo starts a local Ray itself
+    if ray is None:  # one node: verl's run_ppo starts a local Ray itself
         _drive(exp, env, Path(workdir))
         return
-    subprocess.run(ray_start_command(env, num_gpus=gpus), check=True)
+    subprocess.run(ray["start"], check=True)
     try:
-        _wait_for_nodes(env.world_size)
+        _wait_for_nodes(env.nnodes)
         _drive(exp, env, Path(workdir))
     finally:
         subprocess.run(["ray", "stop"], check=False)  # lets the workers' `ray start --block` end
 
 
 def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
-    """The driver on rank 0: prompts, model and the last checkpoint on local disk, then verl's
+    """The driver on node 0: prompts, model and the last checkpoint on local disk, then verl's
     ``main_ppo``."""
     gpus = exp.spec.resources.gpus_per_node
     train_files, val_files = write_parquet(exp, root / "data")
@@ -79,7 +143,7 @@ def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
         train_files=str(train_files),
         val_files=str(val_files),
         n_gpus_per_node=gpus,
-        nnodes=env.world_size,
+        nnodes=env.nnodes,
         mlflow_run_id=os.environ.get("MLFLOW_RUN_ID"),
         model_path=_model_path(exp, root) if exp.spec.model.is_builtin else None,
         checkpoint_uri=store.uri,
@@ -140,12 +204,36 @@ def _wait_for_nodes(count: int) -> None:
         ray.shutdown()  # verl's run_ppo initialises Ray itself
 
 
-def _cli(argv: list[str]) -> Any:
-    if len(argv) != 1:
-        raise SystemExit("usage: python -m sarl_jobs.verl_trainer EXPERIMENT.yaml")
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sarl_jobs.verl_trainer",
+        description="Train an Experiment with verl in a PyTorchJob pod (see the module docstring).",
+    )
+    parser.add_argument("config", nargs="?", help="the Experiment YAML (as --config)")
+    parser.add_argument("--config", dest="config_opt", metavar="FILE", help="the Experiment YAML")
+    parser.add_argument("--workdir", default=DEFAULT_WORKDIR, help="local data, model, checkpoints")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print this pod's plan (role, nodes, GPUs, Ray command, verl overrides) as JSON; "
+        "run nothing",
+    )
+    args = parser.parse_args(argv)
+    config = args.config_opt or args.config
+    if not config:
+        parser.error("the Experiment YAML is required (CONFIG or --config FILE)")
     logging.basicConfig(level=logging.INFO)
-    return main(argv[0])
+    try:
+        if args.dry_run:
+            exp = load_experiment(Path(config))
+            print(json.dumps(plan(exp, os.environ, workdir=args.workdir), indent=2))
+            return 0
+        main(config, workdir=args.workdir)
+    except ValueError as e:  # the spec, or the pod's environment, is wrong: say which
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    _cli(sys.argv[1:])
+    sys.exit(_cli(sys.argv[1:]))

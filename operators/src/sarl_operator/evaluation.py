@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from sarl.integrations.cluster import EVAL_SUFFIX
 from sarl.spec.experiment import Experiment
 from sarl_operator import builders
 
@@ -22,7 +23,7 @@ CLUSTER_BENCHMARKS: Final = frozenset({"math500", "aime25", "amc23", "minerva"})
 
 
 def eval_name(exp: Experiment) -> str:
-    return f"{exp.name}-eval"
+    return f"{exp.name}{EVAL_SUFFIX}"
 
 
 def cluster_benchmarks(exp: Experiment) -> list[str]:

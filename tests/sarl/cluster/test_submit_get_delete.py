@@ -90,7 +90,7 @@ def test_invalid_spec_never_reaches_the_api(
     bad = experiment_doc("bad", algorithm={"name": "grpo", "learning_rate": -1})
     with pytest.raises(SpecError, match=r"spec\.algorithm\.learning_rate=-1"):
         client.submit(bad)
-    with pytest.raises(SpecError, match="DNS-1123"):
+    with pytest.raises(SpecError, match="DNS-1035"):
         client.submit(experiment_doc("Not_A_Name"))
     assert server.objects(EXPERIMENTS, ns) == {}
 

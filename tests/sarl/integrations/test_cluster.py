@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sarl.integrations.cluster import chat_endpoints, check_cluster, fill_chat_urls
+from sarl.integrations.cluster import chat_endpoints, check_cluster, child_names, fill_chat_urls
 from sarl.spec.experiment import Experiment
 from sarl.spec.presets import PRESETS
 
@@ -66,3 +66,52 @@ def test_fill_chat_urls_fills_only_endpoints_with_a_model_and_no_url() -> None:
     assert "url" not in spec["reward"][0]["settings"]["judge_client"]  # the input is untouched
     assert out["algorithm"]["rollouts_per_prompt"] == 8  # the preset is applied
     assert fill_chat_urls({"preset": "nope"}, "http://x") == {"preset": "nope"}
+
+
+def named(name: str, **spec: Any) -> Experiment:
+    return Experiment.model_validate(
+        {"metadata": {"name": name}, "spec": {"preset": "paper-grpo-math", **spec}}
+    )
+
+
+SERVED_EMBEDDER = [
+    {
+        "name": "structure",
+        "settings": {"embedder": {"kind": "openai", "model": "Qwen/Qwen3-Embedding-0.6B"}},
+    }
+]
+
+
+def test_child_names_follow_the_training_operator_and_kserve() -> None:
+    exp = named("run", resources={"nodes": 3}, reward=SERVED_EMBEDDER)
+    names = dict((name, what) for what, name in child_names(exp))
+    assert {"run-config", "run-master-0", "run-worker-1", "run-eval"} <= names.keys()
+    assert "run-embedding-predictor" in names  # KServe: <isvc>-predictor
+
+
+@pytest.mark.parametrize(
+    ("spec", "room"),
+    [
+        ({}, 63 - len("-master-0")),
+        ({"resources": {"nodes": 12}}, 63 - len("-worker-10")),
+        ({"reward": SERVED_EMBEDDER}, 63 - len("-embedding-predictor")),
+    ],
+)
+def test_the_longest_child_name_bounds_the_experiment_name(spec: dict[str, Any], room: int) -> None:
+    """A name that fits in 63 characters itself, but whose child would not, is refused with
+    the longest allowed length; one character less passes."""
+    check_cluster(named("a" * room, **spec))
+    with pytest.raises(ValueError) as info:
+        check_cluster(named("a" * (room + 1), **spec))
+    message = str(info.value)
+    assert message.startswith(f"metadata.name='{'a' * (room + 1)}' ({room + 1} characters)")
+    assert f"use at most {room} characters" in message
+
+
+@pytest.mark.parametrize("name", ["1run", "9-lives", "-a", "a-", "A", "a_b", "a" * 64])
+def test_names_must_be_dns_1035_labels(name: str) -> None:
+    """The Training Operator's and KServe's webhooks refuse names starting with a digit."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="DNS-1035"):
+        named(name)

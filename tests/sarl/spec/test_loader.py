@@ -23,7 +23,7 @@ def test_every_example_validates(path: Path) -> None:
     ("doc", "message"),
     [
         ({"spec": {}}, "metadata: Field required"),
-        ({"metadata": {"name": "Bad_Name"}}, "metadata.name='Bad_Name': must be a DNS-1123"),
+        ({"metadata": {"name": "Bad_Name"}}, "metadata.name='Bad_Name': must be a DNS-1035"),
         (
             {"metadata": {"name": "x"}, "spec": {"algorithm": {"learning_rate": -0.1}}},
             "spec.algorithm.learning_rate=-0.1: Input should be greater than 0",

@@ -25,10 +25,22 @@ def check_supported(exp: Experiment) -> None:
         )
 
 
+def processes_per_node(exp: Experiment) -> int:
+    """Training processes per pod: one per GPU, one on a CPU-only node (``gpus_per_node: 0``)."""
+    return max(exp.spec.resources.gpus_per_node, 1)
+
+
 def accelerate_config(exp: Experiment) -> dict[str, Any]:
     """accelerate's config file (as written by ``accelerate config``) for FSDP2 on the spec's
-    nodes and GPUs; ``machine_rank`` and the main process address are passed at launch."""
+    nodes and GPUs; ``machine_rank`` and the main process address are passed at launch.
+
+    Only for GPU nodes: a CPU-only job (``gpus_per_node: 0``) is launched with torchrun and
+    trains with DDP over gloo instead (FSDP2 shards with ``reduce_scatter``, which gloo does not
+    implement), see ``sarl_jobs.trl_trainer``.
+    """
     res = exp.spec.resources
+    if res.gpus_per_node == 0:
+        raise ValueError("spec.resources.gpus_per_node=0: FSDP2 needs GPUs (CPU jobs use DDP)")
     return {
         "compute_environment": "LOCAL_MACHINE",
         "distributed_type": "FSDP",
@@ -71,15 +83,17 @@ def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
             f"train_batch_size ({algo.train_batch_size}) a multiple of mini_batch_size"
         )
     storage, dtype = exp.spec.storage, exp.spec.model.dtype
+    cpu = exp.spec.resources.gpus_per_node == 0
     return {
         "per_device_train_batch_size": algo.micro_batch_size_per_gpu,
         "gradient_accumulation_steps": algo.mini_batch_size * n // per_step,
         "steps_per_generation": algo.train_batch_size * n // per_step,
         # Derived from the two above; the local config's value would conflict with them.
         "generation_batch_size": None,
-        "use_cpu": False,
-        "bf16": dtype == "bfloat16",
-        "fp16": dtype == "float16",
+        "use_cpu": cpu,
+        # Mixed precision on GPUs only: CPU autocast in bf16 is slow and fp16 is refused there.
+        "bf16": dtype == "bfloat16" and not cpu,
+        "fp16": dtype == "float16" and not cpu,
         "save_strategy": "steps",
         "save_steps": storage.every_n_steps,
         "save_total_limit": storage.keep_last,
