@@ -17,6 +17,7 @@ import kopf
 import pytest
 
 from sarl_operator import builders, handlers
+from sarl_operator.kube import MissingApiError
 from sarl_operator.tracking import Progress, RunRef, TrackingError
 from tests.operators.cases import CASES, IMAGE, NAMESPACE, PLATFORM
 
@@ -41,11 +42,36 @@ class FakeTracker:
 
 
 class FakeApi:
-    """Objects keyed by (apiVersion, kind, namespace, name); records every write."""
+    """Objects keyed by (apiVersion, kind, namespace, name); records every write.
 
-    def __init__(self) -> None:
+    Starts with what a prepared namespace has: the platform's S3 credentials Secret. KServe is
+    emulated only as far as ``ready_isvcs``: InferenceServices report Ready when created.
+    Kinds in ``missing_kinds`` raise MissingApiError, as the dynamic client does for a kind
+    whose CRD is not installed."""
+
+    def __init__(
+        self,
+        *,
+        secret: bool = True,
+        ready_isvcs: bool = True,
+        missing_kinds: frozenset[str] = frozenset(),
+    ) -> None:
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, str]] = []
+        self.ready_isvcs = ready_isvcs
+        self.missing_kinds = missing_kinds
+        if secret:
+            data = {"AWS_ACCESS_KEY_ID": "a2V5", "AWS_SECRET_ACCESS_KEY": "c2VjcmV0"}
+            self.objects[("v1", "Secret", NAMESPACE, PLATFORM.s3_credentials_secret)] = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": PLATFORM.s3_credentials_secret, "namespace": NAMESPACE},
+                "data": data,
+            }
+
+    def _check(self, kind: str) -> None:
+        if kind in self.missing_kinds:
+            raise MissingApiError("v1", kind)
 
     @staticmethod
     def _key(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -53,15 +79,21 @@ class FakeApi:
         return (obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self._check(kind)
         found = self.objects.get((api_version, kind, namespace, name))
         return copy.deepcopy(found)
 
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        self.objects[self._key(obj)] = copy.deepcopy(dict(obj))
+        self._check(obj["kind"])
+        stored = copy.deepcopy(dict(obj))
+        if obj["kind"] == "InferenceService" and self.ready_isvcs:
+            stored["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+        self.objects[self._key(obj)] = stored
         self.writes.append(("create", obj["kind"]))
         return dict(obj)
 
     def patch(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        self._check(obj["kind"])
         self.objects[self._key(obj)].update(copy.deepcopy(dict(obj)))
         self.writes.append(("patch", obj["kind"]))
         return dict(obj)
@@ -121,6 +153,8 @@ def test_creates_owned_children_and_pending_status(case: str, kinds: list[str]) 
     patch = _reconcile(body, api, events)
     assert [k for _, k in api.writes] == kinds
     for obj in api.objects.values():
+        if obj["kind"] == "Secret":
+            continue  # the user's, not a child
         ref = obj["metadata"]["ownerReferences"][0]
         assert (ref["kind"], ref["uid"], ref["controller"]) == ("Experiment", "uid-1", True)
     assert patch["status"]["phase"] == "Pending"
@@ -296,3 +330,168 @@ def test_settings_pick_the_image_per_backend() -> None:
     doc["spec"]["resources"]["image"] = "mine:2"
     assert settings.image_of(handlers.experiment_from_body(doc)) == "mine:2"
     assert settings.platform.data_uri == "s3://b/data"
+
+
+def _conditions(patch: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in patch["status"]["conditions"]}
+
+
+def _kinds(api: FakeApi) -> set[str]:
+    return {kind for _, kind, _, _ in api.objects}
+
+
+def test_missing_credentials_secret_waits_naming_the_command() -> None:
+    """Finding: pods in another namespace than the platform's referenced a Secret that was not
+    there (CreateContainerConfigError). Now no job is created until it exists."""
+    api, events = FakeApi(secret=False), list[tuple[str, ...]]()
+    body = _body("sarl-grpo-math")
+    with pytest.raises(kopf.TemporaryError, match="Secret 'sarl-s3-credentials' not found"):
+        _reconcile(body, api, events)
+    assert "PyTorchJob" not in _kinds(api) and "ConfigMap" not in _kinds(api)
+    patch: dict[str, Any] = {}
+    with pytest.raises(kopf.TemporaryError) as info:
+        handlers.reconcile(
+            body, patch, api, settings=SETTINGS,
+            post_event=lambda _obj, *event: events.append(event),
+            tracker_factory=lambda _uri: FakeTracker(),
+        )  # fmt: skip
+    storage = _conditions(patch)["StorageReady"]
+    assert storage["status"] == "False" and storage["reason"] == "SecretMissing"
+    assert f"kubectl create secret generic sarl-s3-credentials -n {NAMESPACE}" in str(info.value)
+    assert ("Warning", "SecretMissing") in {e[:2] for e in events}
+
+
+def test_credentials_secret_without_a_key_is_named() -> None:
+    api, events = FakeApi(), list[tuple[str, ...]]()
+    secret = api.objects[("v1", "Secret", NAMESPACE, "sarl-s3-credentials")]
+    del secret["data"]["AWS_SECRET_ACCESS_KEY"]
+    with pytest.raises(kopf.TemporaryError, match="has no key 'AWS_SECRET_ACCESS_KEY'"):
+        _reconcile(_body("sarl-grpo-math"), api, events)
+
+
+def test_secret_found_creates_the_job_and_reports_storage_ready() -> None:
+    api, events = FakeApi(), list[tuple[str, ...]]()
+    patch = _reconcile(_body("sarl-grpo-math"), api, events)
+    assert _conditions(patch)["StorageReady"]["status"] == "True"
+    assert "PyTorchJob" in _kinds(api)
+
+
+@pytest.mark.parametrize("case", ["sarl-grpo-math-2node", "sarl-grpo-judge"])
+def test_training_waits_for_the_inference_services(case: str) -> None:
+    """Finding: training started without waiting for the services its reward calls."""
+    api, events = FakeApi(ready_isvcs=False), list[tuple[str, ...]]()
+    body = _body(case)
+    patch: dict[str, Any] = {}
+    with pytest.raises(kopf.TemporaryError, match="waiting for InferenceService"):
+        handlers.reconcile(
+            body, patch, api, settings=SETTINGS,
+            post_event=lambda _obj, *event: events.append(event),
+            tracker_factory=lambda _uri: FakeTracker(),
+        )  # fmt: skip
+    assert "InferenceService" in _kinds(api) and "PyTorchJob" not in _kinds(api)
+    assert _conditions(patch)["InferenceReady"]["status"] == "False"
+    body["status"] = patch["status"]
+    for key, obj in api.objects.items():  # KServe reports the predictor Ready
+        if key[1] == "InferenceService":
+            obj["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    patch = _reconcile(body, api, events)
+    assert "PyTorchJob" in _kinds(api)
+    assert _conditions(patch)["InferenceReady"]["status"] == "True"
+
+
+def test_a_running_job_is_not_stopped_by_a_service_that_is_not_ready() -> None:
+    api, events = FakeApi(), list[tuple[str, ...]]()
+    body = _body("sarl-grpo-math-2node")
+    body["status"] = _reconcile(body, api, events)["status"]
+    for key, obj in api.objects.items():
+        if key[1] == "InferenceService":
+            obj["status"] = {"conditions": [{"type": "Ready", "status": "False", "message": "x"}]}
+    patch = _reconcile(body, api, events)  # no TemporaryError: the job exists
+    assert _conditions(patch)["InferenceReady"]["status"] == "False"
+
+
+def _old_job(name: str, uid: str = "uid-0") -> dict[str, Any]:
+    """The finished PyTorchJob of a deleted Experiment of the same name (GC not done yet)."""
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "deletionTimestamp": "2026-11-24T00:00:00Z",
+            "ownerReferences": [
+                {"apiVersion": "sarl.dev/v1alpha1", "kind": "Experiment", "name": name,
+                 "uid": uid, "controller": True}
+            ],
+        },
+        "status": {"conditions": [{"type": "Succeeded", "status": "True"}]},
+    }  # fmt: skip
+
+
+def test_a_previous_experiments_job_is_never_adopted() -> None:
+    """Finding: re-submitting a name right after a background delete adopted the old finished
+    PyTorchJob (merge patch replaced ownerReferences) and reported its Succeeded phase."""
+    api, events = FakeApi(), list[tuple[str, ...]]()
+    body = _body("sarl-grpo-math")
+    name = body["metadata"]["name"]
+    old = _old_job(name)
+    api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, name)] = copy.deepcopy(old)
+    patch: dict[str, Any] = {}
+    with pytest.raises(kopf.TemporaryError, match="controlled by Experiment uid uid-0"):
+        handlers.reconcile(
+            body, patch, api, settings=SETTINGS,
+            post_event=lambda _obj, *event: events.append(event),
+            tracker_factory=lambda _uri: FakeTracker(),
+        )  # fmt: skip
+    assert api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, name)] == old  # untouched
+    assert ("patch", "PyTorchJob") not in api.writes
+    assert patch["status"]["phase"] == "Pending"  # not the old job's Succeeded
+    assert _conditions(patch)["ChildrenReady"]["reason"] == "NameInUse"
+    # The garbage collector removes it: the next attempt creates this Experiment's job.
+    del api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, name)]
+    body["status"] = patch["status"]
+    patch = _reconcile(body, api, events)
+    job = api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, name)]
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert _conditions(patch)["ChildrenReady"]["status"] == "True"
+
+
+def test_timer_ignores_a_job_of_another_owner() -> None:
+    api, events = FakeApi(), list[tuple[str, ...]]()
+    body = _body("sarl-grpo-math")
+    name = body["metadata"]["name"]
+    api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, name)] = _old_job(name)
+    patch: dict[str, Any] = {}
+    handlers.refresh_status(
+        body, patch, api, exp=handlers.experiment_from_body(body), settings=SETTINGS,
+        post_event=lambda _obj, *event: events.append(event),
+    )  # fmt: skip
+    assert patch["status"]["phase"] == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("case", "kind", "install"),
+    [
+        ("sarl-grpo-math", "PyTorchJob", "Kubeflow Training Operator v1.7 or later"),
+        ("sarl-grpo-judge", "InferenceService", "KServe v0.17 or later"),
+    ],
+)
+def test_missing_operator_fails_once_naming_what_to_install(
+    case: str, kind: str, install: str
+) -> None:
+    """Finding: the dynamic client's ResourceNotFoundError escaped and kopf retried forever."""
+    api, events = FakeApi(missing_kinds=frozenset({kind})), list[tuple[str, ...]]()
+    body = _body(case)
+    patch: dict[str, Any] = {}
+    with pytest.raises(kopf.PermanentError, match=install):
+        handlers.reconcile(
+            body, patch, api, settings=SETTINGS,
+            post_event=lambda _obj, *event: events.append(event),
+            tracker_factory=lambda _uri: FakeTracker(),
+        )  # fmt: skip
+    assert patch["status"]["phase"] == "Failed"
+    ready = _conditions(patch)["Ready"]
+    assert ready["reason"] == f"{kind}Unavailable" and install in ready["message"]
+    assert [e for e in events if e[1] == "PhaseFailed"] == [
+        ("Warning", "PhaseFailed", "phase None -> Failed")
+    ]

@@ -106,6 +106,7 @@ def operator(
         "SARL_MLFLOW_TRACKING_URI": mlflow_server.url,
         "SARL_MLFLOW_UI_URL": "https://mlflow.example.com",
         "SARL_STATUS_INTERVAL_S": "1",
+        "SARL_RETRY_DELAY_S": "1",
         "SARL_TRAINER_IMAGE": "ghcr.io/sarl-dev/sarl-verl:test",
         "SARL_S3_BUCKET": "sarl",
     }
@@ -113,6 +114,28 @@ def operator(
     op.start()
     yield op
     op.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kserve(server: KubeServer) -> Iterator[None]:
+    """Stand-in for KServe's controller (none can run here): every InferenceService reports
+    ``Ready`` a moment after it is created, so the operator's wait for its services ends."""
+    import threading
+
+    stop = threading.Event()
+
+    def mark_ready() -> None:
+        while not stop.wait(0.2):
+            for isvc in server.objects(ISVCS, NAMESPACE).values():
+                if not (isvc.get("status") or {}).get("conditions"):
+                    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+                    server.put(ISVCS, NAMESPACE, {**isvc, "status": ready})
+
+    thread = threading.Thread(target=mark_ready, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(timeout=5)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,17 @@ create/resume/update of the spec, :func:`reconcile`:
    found by its uid tag, else created). MLflow configured but unreachable → ``TrackingReady=False``
    and ``kopf.TemporaryError(delay=30)``: no job is created without its run, so a run's metrics
    are never split over two runs. No tracking URI at all → no run, ``MLFLOW_RUN_ID`` empty;
-3. builds the children (:mod:`sarl_operator.builders`), makes the Experiment their controller
-   owner (deletion is left to the garbage collector) and creates or merge-patches them;
-4. patches the status when it changed, with an Event per phase or condition transition.
+3. checks the S3 credentials Secret exists in the Experiment's namespace with both keys (the
+   pods reference it there; missing → ``StorageReady=False`` naming the ``kubectl`` command and a
+   retry every 30 s);
+4. builds the children (:mod:`sarl_operator.builders`), makes the Experiment their controller
+   owner (deletion is left to the garbage collector) and creates or merge-patches them. An
+   existing object with a child's name that another owner controls (the finished PyTorchJob of a
+   deleted Experiment of the same name, not yet garbage-collected) is never adopted:
+   ``ChildrenReady=False`` and a retry. The training job is created only once the
+   InferenceServices it calls report Ready (``InferenceReady``). A kind the cluster does not
+   serve (Training Operator or KServe not installed) ends Failed once, naming what to install;
+5. patches the status when it changed, with an Event per phase or condition transition.
 
 A timer (every ``SARL_STATUS_INTERVAL_S`` s, default 30) runs :func:`refresh_status`: phase and
 conditions from the training job, lastStep/lastReward from the MLflow run (a failed read keeps
@@ -37,13 +45,21 @@ from sarl.integrations.cluster import check_cluster
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
 from sarl_operator import builders, evaluation
-from sarl_operator.kube import DynamicKubeApi, KubeApi, apply
+from sarl_operator.kube import (
+    DynamicKubeApi,
+    ForeignOwnerError,
+    KubeApi,
+    MissingApiError,
+    apply,
+    controlled_by,
+)
 from sarl_operator.status import (
     OPERATOR_CONDITIONS,
     condition,
     desired_status,
     eval_condition,
     failed_status,
+    isvc_ready,
     job_phase,
     status_patch,
 )
@@ -56,6 +72,17 @@ VERSION: Final = "v1alpha1"
 PLURAL: Final = "experiments"
 DEFAULT_STATUS_INTERVAL_S: Final = 30.0
 TRACKING_RETRY_DELAY_S: Final = 30
+#: Seconds between checks while waiting for a Secret, InferenceServices or a previous child
+#: (``SARL_RETRY_DELAY_S``).
+WAIT_RETRY_DELAY_S: Final = 30.0
+#: What to install when the cluster does not serve a child's kind (README: cluster section).
+REQUIREMENTS: Final[Mapping[str, str]] = {
+    "PyTorchJob": "the Kubeflow Training Operator v1.7 or later (v1.9.0 tested), e.g. "
+    "kubectl apply --server-side -k "
+    '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0"',
+    "InferenceService": "KServe v0.17 or later with its huggingface ServingRuntime (the "
+    "operator serves embedding/judge models with vLLM --runner=pooling)",
+}
 DEFAULT_IMAGES: Final[Mapping[str, str]] = {
     "verl": "ghcr.io/sarl-dev/sarl-verl:latest",
     "trl": "ghcr.io/sarl-dev/sarl-trl:latest",
@@ -91,6 +118,7 @@ class Settings:
     tracking_uri: str = ""
     ui_url: str = ""
     platform: builders.Platform = field(default_factory=builders.Platform)
+    retry_delay_s: float = WAIT_RETRY_DELAY_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -100,6 +128,7 @@ class Settings:
             tracking_uri=env.get("SARL_MLFLOW_TRACKING_URI", ""),
             ui_url=env.get("SARL_MLFLOW_UI_URL", ""),
             platform=builders.Platform.from_env(env),
+            retry_delay_s=_seconds(env, "SARL_RETRY_DELAY_S", WAIT_RETRY_DELAY_S),
         )
 
     def image_of(self, exp: Experiment) -> str:
@@ -116,16 +145,21 @@ class Settings:
         return exp.spec.tracking.mlflow_uri or self.ui_url or self.tracking_uri
 
 
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """``env[name]`` as a positive number of seconds (``default`` when unset)."""
+    raw = env.get(name, "")
+    try:
+        value = float(raw) if raw else default
+    except ValueError as e:
+        raise ValueError(f"{name}={raw!r}: not a number of seconds") from e
+    if not value > 0:
+        raise ValueError(f"{name}={raw!r}: must be > 0")
+    return value
+
+
 def status_interval_s(env: Mapping[str, str]) -> float:
     """``SARL_STATUS_INTERVAL_S`` as a positive number of seconds (default 30)."""
-    raw = env.get("SARL_STATUS_INTERVAL_S", "")
-    try:
-        value = float(raw) if raw else DEFAULT_STATUS_INTERVAL_S
-    except ValueError as e:
-        raise ValueError(f"SARL_STATUS_INTERVAL_S={raw!r}: not a number of seconds") from e
-    if not value > 0:
-        raise ValueError(f"SARL_STATUS_INTERVAL_S={raw!r}: must be > 0")
-    return value
+    return _seconds(env, "SARL_STATUS_INTERVAL_S", DEFAULT_STATUS_INTERVAL_S)
 
 
 def _now() -> str:
@@ -253,10 +287,38 @@ def reconcile(
         tracking_uri=settings.tracking_uri_of(exp),
         platform=platform,
     )
-    for child in [*services, job]:
-        if apply(api, builders.owned(child, meta)) == "created":
-            name = child["metadata"]["name"]
-            post_event(body, "Normal", "Created", f"created {child['kind']} {name}")
+    own = [ready, tracking]
+
+    def wait(cond: dict[str, Any], message: str) -> kopf.TemporaryError:
+        refresh_status(
+            body, patch, api, exp=exp, settings=settings, post_event=post_event,
+            conditions=[*own, cond], run_id=run_id, run_url=url,
+        )  # fmt: skip
+        return kopf.TemporaryError(message, delay=settings.retry_delay_s)
+
+    try:
+        storage = storage_condition(api, exp, namespace, platform)
+        own.append(storage)
+        if storage["status"] == "False":
+            raise wait(storage, storage["message"])
+        for child in services:
+            _apply(api, child, meta, body, post_event)
+        current = api.get(job["apiVersion"], job["kind"], namespace, job["metadata"]["name"])
+        inference = inference_condition(api, services, meta["uid"])
+        if inference is not None:
+            own.append(inference)
+            # Gate creation only: a job that runs already is not stopped by a service restart.
+            if inference["status"] != "True" and not controlled_by(current, meta["uid"]):
+                raise wait(inference, inference["message"])
+        _apply(api, job, meta, body, post_event)
+    except ForeignOwnerError as e:
+        raise wait(condition("ChildrenReady", "False", "NameInUse", str(e)), str(e)) from e
+    except MissingApiError as e:
+        message = f"{e}: install {REQUIREMENTS.get(e.kind, 'the CRD of ' + e.kind)}"
+        failed = failed_status(message, generation, _now(), reason=f"{e.kind}Unavailable")
+        _patch_status(body, patch, failed, post_event)
+        raise kopf.PermanentError(message) from e
+    own.append(condition("ChildrenReady", "True", "Applied"))
     refresh_status(
         body,
         patch,
@@ -264,9 +326,80 @@ def reconcile(
         exp=exp,
         settings=settings,
         post_event=post_event,
-        conditions=[ready, tracking],
+        conditions=own,
         run_id=run_id,
         run_url=url,
+    )
+
+
+def _apply(
+    api: KubeApi,
+    child: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    body: Mapping[str, Any],
+    post_event: PostEvent,
+) -> None:
+    if apply(api, builders.owned(child, meta)) == "created":
+        name = child["metadata"]["name"]
+        post_event(body, "Normal", "Created", f"created {child['kind']} {name}")
+
+
+def storage_condition(
+    api: KubeApi, exp: Experiment, namespace: str, platform: builders.Platform
+) -> dict[str, Any]:
+    """``StorageReady`` from the S3 credentials Secret the pods reference in ``namespace``.
+
+    The pods fail with CreateContainerConfigError when it or one of its keys is missing; the
+    platform chart creates it only in its own namespace, so each namespace that runs
+    Experiments needs a copy. Only the platform's Secret name is checked (the operator may read
+    Secrets of that name only); a ``spec.storage.credentials_secret`` of another name is the
+    user's to provide and is not read."""
+    secret = exp.spec.storage.credentials_secret or platform.s3_credentials_secret
+    if not secret:
+        return condition("StorageReady", "True", "NoCredentials", "no S3 credentials Secret used")
+    if secret != platform.s3_credentials_secret:
+        return condition("StorageReady", "Unknown", "NotChecked", f"Secret {secret!r} not read")
+    keys = (platform.s3_access_key_id_key, platform.s3_secret_access_key_key)
+    found = api.get("v1", "Secret", namespace, secret)
+    missing = [k for k in keys if found is not None and k not in (found.get("data") or {})]
+    if found is not None and not missing:
+        return condition("StorageReady", "True", "SecretFound", f"Secret {secret!r}")
+    create = f"kubectl create secret generic {secret} -n {namespace} " + " ".join(
+        f"--from-literal={k}=..." for k in keys
+    )
+    what = f"Secret {secret!r} not found" if found is None else f"Secret {secret!r} has no key"
+    if missing:
+        what += " " + ", ".join(repr(k) for k in missing)
+    return condition(
+        "StorageReady",
+        "False",
+        "SecretMissing",
+        f"{what} in namespace {namespace!r}: the training pods read the S3 credentials from "
+        f"it; create it there ({create}), with the platform's S3 keys",
+    )
+
+
+def inference_condition(
+    api: KubeApi, services: Sequence[Mapping[str, Any]], owner_uid: str
+) -> dict[str, Any] | None:
+    """``InferenceReady`` of the InferenceServices among ``services`` (None: there are none)."""
+    isvcs = [c for c in services if c["kind"] == "InferenceService"]
+    if not isvcs:
+        return None
+    waiting = []
+    for isvc in isvcs:
+        name = isvc["metadata"]["name"]
+        current = api.get(
+            isvc["apiVersion"], "InferenceService", isvc["metadata"]["namespace"], name
+        )
+        ok, why = isvc_ready(current if controlled_by(current, owner_uid) else None)
+        if not ok:
+            waiting.append(f"{name}: {why}")
+    if waiting:
+        message = "waiting for InferenceService " + "; ".join(waiting)
+        return condition("InferenceReady", "False", "Waiting", message)
+    return condition(
+        "InferenceReady", "True", "Ready", ", ".join(c["metadata"]["name"] for c in isvcs)
     )
 
 
@@ -323,6 +456,8 @@ def refresh_status(
     run_id = status.get("mlflowRunId", "") if run_id is None else run_id
     run_url = status.get("mlflowRunUrl", "") if run_url is None else run_url
     job = api.get(JOB_BUILDER.api_version, JOB_BUILDER.kind, meta["namespace"], exp.name)
+    if not controlled_by(job, meta["uid"]):
+        job = None  # another owner's job of the same name: its phase is not ours
     own = list(conditions)
     if job_phase(job) == "Succeeded" and evaluation.cluster_benchmarks(exp):
         own.append(_evaluation(body, api, exp, settings, str(run_id or "")))
@@ -381,15 +516,18 @@ def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     except SpecError:
         return  # reported once by on_experiment; nothing to watch
     run_id = str((body.get("status") or {}).get("mlflowRunId") or "")
-    refresh_status(
-        body,
-        patch,
-        cluster_api(),
-        exp=exp,
-        settings=settings,
-        post_event=_kopf_event,
-        progress=read_progress(settings, exp, run_id),
-    )
+    try:
+        refresh_status(
+            body,
+            patch,
+            cluster_api(),
+            exp=exp,
+            settings=settings,
+            post_event=_kopf_event,
+            progress=read_progress(settings, exp, run_id),
+        )
+    except MissingApiError:
+        return  # reported once by on_experiment (Failed, naming what to install)
 
 
 # kopf registers handlers when their module is imported, and the operator runs this module

@@ -11,6 +11,45 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 
+class MissingApiError(Exception):
+    """The cluster does not serve ``api_version``/``kind`` (its CRD is not installed)."""
+
+    def __init__(self, api_version: str, kind: str) -> None:
+        super().__init__(f"{kind} ({api_version}) is not served by this cluster")
+        self.api_version = api_version
+        self.kind = kind
+
+
+class ForeignOwnerError(Exception):
+    """An object with a child's name exists but is not controlled by this owner: a previous
+    owner's child still being garbage-collected, or an object somebody else created. It is
+    never adopted (its status would be reported as ours)."""
+
+    def __init__(self, obj: Mapping[str, Any], owner_uid: str) -> None:
+        meta = obj.get("metadata") or {}
+        ref = controller_ref(obj)
+        holder = f"controlled by {ref.get('kind')} uid {ref.get('uid')}" if ref else "not ours"
+        deleting = " and being deleted" if meta.get("deletionTimestamp") else ""
+        super().__init__(
+            f"{obj.get('kind')} {meta.get('name')!r} already exists, {holder}{deleting}; "
+            "waiting for it to be deleted before creating this one"
+        )
+        self.owner_uid = owner_uid
+
+
+def controller_ref(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference of ``obj`` (empty when none)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return dict(ref)
+    return {}
+
+
+def controlled_by(obj: Mapping[str, Any] | None, owner_uid: str) -> bool:
+    """Whether ``obj`` exists and its controller is the owner with ``owner_uid``."""
+    return obj is not None and controller_ref(obj).get("uid") == owner_uid
+
+
 class KubeApi(Protocol):
     """Get, create and merge-patch namespaced objects (implemented by :class:`DynamicKubeApi`)."""
 
@@ -26,7 +65,8 @@ class KubeApi(Protocol):
 class DynamicKubeApi:
     """:class:`KubeApi` over the kubernetes client's dynamic client (in-cluster config, else
     ``KUBECONFIG``). Every request is bounded by ``timeout_s``; failures raise the client's
-    ``ApiException``, which kopf turns into a retry of the handler."""
+    ``ApiException``, which kopf turns into a retry of the handler; a kind the cluster does not
+    serve raises :class:`MissingApiError`."""
 
     def __init__(self, timeout_s: float = 30.0) -> None:
         from kubernetes import client, config, dynamic
@@ -39,7 +79,17 @@ class DynamicKubeApi:
         self._timeout_s = timeout_s
 
     def _resource(self, api_version: str, kind: str) -> Any:
-        return self._client.resources.get(api_version=api_version, kind=kind)
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        try:
+            return self._client.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            # The client's discovery cache may predate a CRD installed since: look again once.
+            self._client.resources.invalidate_cache()
+            try:
+                return self._client.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError:
+                raise MissingApiError(api_version, kind) from None
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
@@ -77,10 +127,19 @@ class DynamicKubeApi:
 
 
 def apply(api: KubeApi, obj: Mapping[str, Any]) -> str:
-    """Create ``obj`` or merge-patch the existing one; returns "created" or "patched"."""
+    """Create ``obj`` or merge-patch the existing one; returns "created" or "patched".
+
+    When ``obj`` names a controller owner, an existing object must already be controlled by
+    that owner (same uid), else :class:`ForeignOwnerError`: a merge patch would replace its
+    ``ownerReferences`` and adopt, say, the finished PyTorchJob of a deleted Experiment of the
+    same name that the garbage collector has not removed yet."""
     meta = obj["metadata"]
-    if api.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]) is None:
+    current = api.get(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+    if current is None:
         api.create(obj)
         return "created"
+    owner = controller_ref(obj).get("uid")
+    if owner and not controlled_by(current, owner):
+        raise ForeignOwnerError(current, owner)
     api.patch(obj)
     return "patched"

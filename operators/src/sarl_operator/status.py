@@ -6,8 +6,11 @@ generated from ``sarl.schemas.generate.ExperimentStatus``).
 
 Conditions come from two writers: the training job's own conditions are copied as they are
 (``Created``, ``Running``, ``Succeeded``...), and the operator adds its own types
-(:data:`OPERATOR_CONDITIONS`: ``Ready`` for an invalid spec, ``TrackingReady`` for the MLflow
-run, ``Evaluated`` for the evaluation Job). A writer that does not recompute one of the operator's
+(:data:`OPERATOR_CONDITIONS`: ``Ready`` for an invalid spec or a missing dependency,
+``TrackingReady`` for the MLflow run, ``StorageReady`` for the S3 credentials Secret in the
+Experiment's namespace, ``InferenceReady`` for the InferenceServices training waits for,
+``ChildrenReady`` for a child name taken by an object that is not this Experiment's, and
+``Evaluated`` for the evaluation Job). A writer that does not recompute one of the operator's
 conditions carries the current one over, so the timer does not erase what reconcile reported.
 """
 
@@ -29,7 +32,9 @@ _PRECEDENCE: Final[Sequence[tuple[str, Phase]]] = (
     ("Failed", "Failed"),
 )
 _CONDITION_KEYS: Final = ("type", "status", "reason", "message", "lastTransitionTime")
-OPERATOR_CONDITIONS: Final = frozenset({"Ready", "TrackingReady", "Evaluated"})
+OPERATOR_CONDITIONS: Final = frozenset(
+    {"Ready", "TrackingReady", "StorageReady", "InferenceReady", "ChildrenReady", "Evaluated"}
+)
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
@@ -86,9 +91,23 @@ def eval_condition(job: Mapping[str, Any] | None) -> dict[str, Any]:
     return batch_job_condition(job, "Evaluated", "Evaluation", "evaluation Job failed")
 
 
-def failed_status(message: str, generation: int | None, now: str) -> dict[str, Any]:
-    """Status of an Experiment whose spec is invalid: Failed, with the message in a condition."""
-    ready = condition("Ready", "False", "InvalidSpec", message)
+def isvc_ready(isvc: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """(ready, why not) of a KServe InferenceService from its ``Ready`` condition."""
+    conditions = ((isvc or {}).get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None:
+        return False, "no Ready condition yet"
+    if ready.get("status") == "True":
+        return True, ""
+    return False, str(ready.get("message") or ready.get("reason") or "Ready is not True")
+
+
+def failed_status(
+    message: str, generation: int | None, now: str, reason: str = "InvalidSpec"
+) -> dict[str, Any]:
+    """Status of an Experiment that cannot run (invalid spec, or ``reason`` such as a missing
+    dependency): Failed, with the message in the ``Ready`` condition."""
+    ready = condition("Ready", "False", reason, message)
     return {
         "phase": "Failed",
         "observedGeneration": generation,

@@ -54,6 +54,7 @@ ISVCS = Resource(
     "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService", subresources=_STATUS
 )
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+SECRETS = Resource("", "v1", "secrets", "Secret")
 PODS = Resource("", "v1", "pods", "Pod", subresources=("log", "status"))
 EVENTS = Resource("", "v1", "events", "Event")
 EVENTS_K8S = Resource("events.k8s.io", "v1", "events", "Event")
@@ -71,6 +72,7 @@ SARL_RESOURCES: tuple[Resource, ...] = (
     PYTORCHJOBS,
     ISVCS,
     CONFIGMAPS,
+    SECRETS,
     PODS,
     EVENTS,
     EVENTS_K8S,

@@ -1,0 +1,81 @@
+"""``sarl_operator.kube`` against kmock's API-server emulator (no real API server can run here):
+the real kubernetes dynamic client, so discovery of a kind the cluster does not serve fails as
+it would on a cluster without the Training Operator or KServe installed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("kmock")
+
+from sarl.testing.kube_server import (
+    CONFIGMAPS,
+    PYTORCHJOBS,
+    SARL_RESOURCES,
+    KubeServer,
+    kube_server,
+)
+from sarl_operator.kube import (
+    DynamicKubeApi,
+    ForeignOwnerError,
+    MissingApiError,
+    apply,
+    controlled_by,
+)
+
+NAMESPACE = "team-a"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[KubeServer]:
+    """A cluster without the Training Operator: no pytorchjobs.kubeflow.org."""
+    with kube_server(tuple(r for r in SARL_RESOURCES if r is not PYTORCHJOBS)) as ks:
+        yield ks
+
+
+@pytest.fixture
+def api(server: KubeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DynamicKubeApi:
+    monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig", NAMESPACE)))
+    return DynamicKubeApi(timeout_s=10)
+
+
+def _configmap(name: str, owner_uid: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NAMESPACE}
+    if owner_uid:
+        meta["ownerReferences"] = [
+            {"apiVersion": "sarl.dev/v1alpha1", "kind": "Experiment", "name": "x",
+             "uid": owner_uid, "controller": True, "blockOwnerDeletion": True}
+        ]  # fmt: skip
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"k": "v"}}
+
+
+def test_a_kind_the_cluster_does_not_serve_raises_missing_api(api: DynamicKubeApi) -> None:
+    with pytest.raises(MissingApiError, match=r"PyTorchJob \(kubeflow.org/v1\) is not served"):
+        api.get("kubeflow.org/v1", "PyTorchJob", NAMESPACE, "job")
+    with pytest.raises(MissingApiError):
+        api.create({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                    "metadata": {"name": "job", "namespace": NAMESPACE}})  # fmt: skip
+
+
+def test_apply_creates_then_patches_its_own_child(api: DynamicKubeApi, server: KubeServer) -> None:
+    assert apply(api, _configmap("mine", "uid-1")) == "created"
+    assert apply(api, {**_configmap("mine", "uid-1"), "data": {"k": "w"}}) == "patched"
+    stored = server.objects(CONFIGMAPS, NAMESPACE)["mine"]
+    assert stored["data"] == {"k": "w"} and controlled_by(stored, "uid-1")
+
+
+@pytest.mark.parametrize("holder", ["uid-old", None])
+def test_apply_never_adopts_an_object_of_another_owner(
+    api: DynamicKubeApi, server: KubeServer, holder: str | None
+) -> None:
+    name = f"taken-{holder or 'none'}"
+    api.create(_configmap(name, holder))
+    with pytest.raises(ForeignOwnerError, match=f"ConfigMap '{name}' already exists"):
+        apply(api, {**_configmap(name, "uid-new"), "data": {"k": "new"}})
+    stored = server.objects(CONFIGMAPS, NAMESPACE)[name]
+    assert stored["data"] == {"k": "v"}  # untouched
+    assert not controlled_by(stored, "uid-new")
