@@ -30,6 +30,7 @@ import yaml
 from sarl.spec.experiment import API_VERSION, KIND, Experiment, Metadata
 from sarl.spec.study import LABEL_STUDY, Study, StudyRun
 from sarl_operator import builders, evaluation
+from sarl_operator.kube import controlled_by
 
 STUDY_KIND: Final = "Study"
 STUDY_FILE: Final = "study.yaml"
@@ -211,11 +212,6 @@ class RunState:
         return self.exists and not self.foreign and not self.finished
 
 
-def _controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == uid and r.get("controller") for r in refs)
-
-
 def _condition_status(status: Mapping[str, Any], type_: str) -> str:
     for cond in status.get("conditions") or []:
         if cond.get("type") == type_:
@@ -251,7 +247,7 @@ def run_state(run: StudyRun, obj: Mapping[str, Any] | None, study_uid: str) -> R
     """The :class:`RunState` of ``run`` given its Experiment ``obj`` (None: absent)."""
     if obj is None:
         return RunState(run)
-    if not _controlled_by(obj, study_uid):
+    if not controlled_by(obj, study_uid):
         return RunState(run, exists=True, foreign=True)
     return RunState(run, outcome(run, obj), exists=True)
 
