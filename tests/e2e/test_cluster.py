@@ -13,7 +13,10 @@ Setup (skipped unless KUBECONFIG is set; see tests/conftest.py):
   "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"``;
 * the platform chart: ``helm install sarl charts/sarl-platform`` (CRD + operator);
 * ``SARL_E2E_NAMESPACE`` (default ``default``): an existing namespace the kubeconfig user may
-  create Experiments in and read ConfigMaps, PyTorchJobs and pods of.
+  create Experiments in and read ConfigMaps, PyTorchJobs and pods of (a RoleBinding to the
+  built-in ``edit`` role is enough: the chart aggregates sarl's rules into it), holding the
+  platform's S3 credentials Secret (``sarl-s3-credentials``; without it the operator waits with
+  ``StorageReady=False`` and creates no PyTorchJob).
 
 Run with ``pytest -m e2e tests/e2e``. Everything the test creates is deleted at the end.
 """
