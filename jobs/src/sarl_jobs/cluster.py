@@ -77,11 +77,11 @@ class ClusterEnv:
             raise ValueError(f"PET_NNODES={env.nnodes}: must be >= 1")
         if not 0 <= env.node_rank < env.nnodes:
             raise ValueError(f"PET_NODE_RANK={env.node_rank} is not in [0, PET_NNODES={env.nnodes})")
-        world = environ.get("WORLD_SIZE")
-        if world is not None and nproc is not None and "PET_NNODES" in environ:
+        world_raw = environ.get("WORLD_SIZE")
+        if world_raw is not None and nproc is not None and "PET_NNODES" in environ:
             if _int(environ, "WORLD_SIZE", 1) != env.nnodes * nproc:
                 raise ValueError(
-                    f"WORLD_SIZE={world} but PET_NNODES={env.nnodes} x PET_NPROC_PER_NODE={nproc}"
+                    f"WORLD_SIZE={world_raw} but PET_NNODES={env.nnodes} x PET_NPROC_PER_NODE={nproc}"
                     f" = {env.nnodes * nproc}: not a Training Operator environment"
                 )
         return env

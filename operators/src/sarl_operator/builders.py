@@ -33,8 +33,15 @@ from typing import Any, Final, Protocol
 
 import yaml
 
-from sarl.integrations.cluster import chat_endpoints, fill_chat_urls
-from sarl.spec.experiment import Experiment
+from sarl.integrations.cluster import (
+    CONFIG_SUFFIX,
+    EMBEDDING_SUFFIX,
+    JUDGE_SUFFIX,
+    chat_endpoints,
+    fill_chat_urls,
+    served_embedders,
+)
+from sarl.spec.experiment import Experiment, ResourcesSpec, ServedModelSpec
 
 CONFIG_DIR: Final = "/etc/sarl"
 CONFIG_FILE: Final = "experiment.yaml"
@@ -123,16 +130,18 @@ def meta(exp: Experiment, name: str, namespace: str, component: str) -> dict[str
     return {"name": name, "namespace": namespace, "labels": labels(exp, component)}
 
 
+# Child names: the suffixes live in sarl.integrations.cluster, whose check_names keeps every
+# child (and the Services the Training Operator and KServe derive from it) within 63 characters.
 def config_name(exp: Experiment) -> str:
-    return f"{exp.name}-config"
+    return f"{exp.name}{CONFIG_SUFFIX}"
 
 
 def embedding_name(exp: Experiment) -> str:
-    return f"{exp.name}-embedding"
+    return f"{exp.name}{EMBEDDING_SUFFIX}"
 
 
 def judge_name(exp_name: str) -> str:
-    return f"{exp_name}-judge"
+    return f"{exp_name}{JUDGE_SUFFIX}"
 
 
 def backend(exp: Experiment) -> str:
@@ -143,12 +152,7 @@ def backend(exp: Experiment) -> str:
 
 def _served_embedders(exp: Experiment) -> list[tuple[int, str]]:
     """(reward index, model id) of each openai embedder the operator must serve (empty url)."""
-    out: list[tuple[int, str]] = []
-    for i, term in enumerate(exp.spec.reward):
-        emb = term.settings.get("embedder")
-        if isinstance(emb, Mapping) and emb.get("kind") == "openai" and not emb.get("url"):
-            out.append((i, str(emb.get("model") or "")))
-    return out
+    return served_embedders(exp)
 
 
 def embedding_url(exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> str:
@@ -353,46 +357,69 @@ def pytorchjob(
 
 
 def _vllm_isvc(
-    metadata: dict[str, Any], model_name: str, model_id: str, extra_args: list[str]
+    metadata: dict[str, Any],
+    model_name: str,
+    model_id: str,
+    served: ServedModelSpec,
+    res: ResourcesSpec,
+    task_args: list[str],
 ) -> dict[str, Any]:
-    """An InferenceService serving ``model_id`` with vLLM on KServe's Hugging Face runtime."""
+    """An InferenceService serving ``model_id`` with vLLM on KServe's Hugging Face runtime.
+
+    KServe strategic-merges ``predictor.model`` into the runtime's container (1 CPU, 2Gi) and
+    appends these args to the runtime's ``--model_name={{.Name}}`` (the later flag wins), so
+    cpu, memory and GPUs are all written here; tests/operators/kserve_merge.py checks the result.
+    """
+    amounts = {"cpu": served.cpu, "memory": served.memory, GPU_RESOURCE: str(served.gpus)}
+    args = [
+        f"--model_name={model_name}",
+        f"--model_id={model_id}",
+        "--backend=vllm",
+        f"--max_model_len={served.max_model_len}",
+    ]
+    if served.gpus > 1:  # vLLM uses one GPU unless told to shard the model over the others
+        args.append(f"--tensor-parallel-size={served.gpus}")
+    predictor: dict[str, Any] = {
+        "minReplicas": 1,
+        "model": {
+            "modelFormat": {"name": "huggingface"},
+            "args": [*args, *task_args, *served.extra_args],
+            # Extended resources (the GPU) must have requests == limits; cpu and memory follow.
+            "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        },
+    }
+    # Empty: the training pods' placement (ServedModelSpec.node_selector documents this).
+    node_selector = served.node_selector or res.node_selector
+    tolerations = served.tolerations or res.tolerations
+    if node_selector:
+        predictor["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        predictor["tolerations"] = [dict(t) for t in tolerations]
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": metadata,
-        "spec": {
-            "predictor": {
-                "minReplicas": 1,
-                "model": {
-                    "modelFormat": {"name": "huggingface"},
-                    "args": [
-                        f"--model_name={model_name}",
-                        f"--model_id={model_id}",
-                        "--backend=vllm",
-                        *extra_args,
-                    ],
-                    "resources": {
-                        "requests": {GPU_RESOURCE: "1"},
-                        "limits": {GPU_RESOURCE: "1"},
-                    },
-                },
-            }
-        },
+        "spec": {"predictor": predictor},
     }
 
 
 def _embedding_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any]:
     metadata = meta(exp, embedding_name(exp), namespace, "embedding")
     metadata["labels"]["sarl.dev/embedding-backend"] = "vllm"
-    # vLLM serves embeddings only as a pooling model.
-    return _vllm_isvc(metadata, _EMBEDDING_MODEL_NAME, model_id, ["--runner=pooling"])
+    # vLLM serves embeddings only as a pooling model (vLLM >= 0.10.1, KServe >= 0.17: older
+    # runtimes drop the unknown flag and load the model as a generator).
+    served = exp.spec.serving.embedding
+    return _vllm_isvc(
+        metadata, _EMBEDDING_MODEL_NAME, model_id, served, exp.spec.resources, ["--runner=pooling"]
+    )
 
 
 def _judge_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any]:
     metadata = meta(exp, judge_name(exp.name), namespace, "judge")
     metadata["labels"]["sarl.dev/judge-backend"] = "vllm"
     # Generation is the runtime's default task; the judge is called on /openai/v1/chat/completions.
-    return _vllm_isvc(metadata, _JUDGE_MODEL_NAME, model_id, [])
+    served = exp.spec.serving.judge
+    return _vllm_isvc(metadata, _JUDGE_MODEL_NAME, model_id, served, exp.spec.resources, [])
 
 
 def _one_model(served: list[tuple[str, str]], where: str, noun: str) -> str | None:

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 API_VERSION: Final = "sarl.dev/v1alpha1"
 KIND: Final = "Experiment"
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: DNS-1035 label: what the Training Operator's and KServe's webhooks require of a job or
+#: InferenceService name (a Service name), so an Experiment name starts with a letter.
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class _Strict(BaseModel):
@@ -23,8 +26,9 @@ class _Strict(BaseModel):
 
 class Metadata(_Strict):
     name: str = Field(
-        description="Experiment name (DNS-1123 label): names the MLflow experiment, "
-        "checkpoint prefix and, on a cluster, the Kubernetes objects."
+        description="Experiment name (DNS-1035 label: lowercase letters, digits and '-', "
+        "starting with a letter): names the MLflow experiment, checkpoint prefix and, on a "
+        "cluster, the Kubernetes objects (whose longest child name must fit in 63 characters)."
     )
     namespace: str | None = Field(default=None, description="Kubernetes namespace (cluster only).")
     labels: dict[str, str] = Field(default_factory=dict)
@@ -32,10 +36,11 @@ class Metadata(_Strict):
     @field_validator("name")
     @classmethod
     def _dns(cls, v: str) -> str:
-        if len(v) > 63 or not _DNS1123.match(v):
+        if len(v) > 63 or not _DNS1035.match(v):
             raise ValueError(
-                "must be a DNS-1123 label: lowercase letters, digits and '-', "
-                "starting and ending with a letter or digit, at most 63 characters"
+                "must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
+                "letter and ending with a letter or digit, at most 63 characters (the Training "
+                "Operator and KServe refuse other job and InferenceService names)"
             )
         return v
 
@@ -247,6 +252,150 @@ class ResourcesSpec(_Strict):
     )
 
 
+#: A Kubernetes resource quantity as the serving fields accept it ("4", "500m", "16Gi").
+_QUANTITY: Final = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+# In the JSON schema and the CRD (the API server checks it too); the validator below words the
+# error for people.
+_QUANTITY_SCHEMA: Final[dict[str, Any]] = {"pattern": _QUANTITY.pattern}
+#: Flags the operator writes on a served model's command line, dashes and underscores alike (vLLM's
+#: parser treats them as one); ``extra_args`` must not repeat them, or the last one would win.
+_MANAGED_FLAGS: Final = frozenset(
+    {
+        "--model-name",
+        "--model-id",
+        "--backend",
+        "--runner",
+        "--max-model-len",
+        "--max-length",  # KServe's alias of --max_model_len
+        "--tensor-parallel-size",
+        "-tp",
+    }
+)
+
+
+class ServedModelSpec(_Strict):
+    """A model the operator serves with vLLM on KServe's Hugging Face runtime (cluster only).
+
+    KServe merges the predictor into its ``kserve-huggingfaceserver`` runtime, whose container
+    asks for 1 CPU and 2Gi, key by key: the operator therefore always writes cpu, memory and
+    GPUs, with requests equal to limits (the scheduler reserves what the model may use), so none
+    of the runtime's values survive."""
+
+    gpus: int = Field(
+        default=1,
+        ge=1,
+        description="GPUs (nvidia.com/gpu) per replica, as request and limit; more than one "
+        "adds --tensor-parallel-size=<gpus>.",
+    )
+    # No defaults here: each served model sets its own (below); declared here for the order of
+    # the fields and so that the builders can read them from either model.
+    cpu: str = Field(
+        json_schema_extra=_QUANTITY_SCHEMA, description="CPU of the runtime container."
+    )
+    memory: str = Field(
+        json_schema_extra=_QUANTITY_SCHEMA, description="Memory of the runtime container."
+    )
+    max_model_len: int = Field(ge=1, description="--max_model_len of vLLM.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="nodeSelector of the predictor pod. Empty: spec.resources.node_selector, so "
+        "a GPU node pool chosen for training also holds the served model (there is no way to "
+        "ask for no selector while training has one).",
+    )
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Tolerations of the predictor pod. Empty: spec.resources.tolerations (as "
+        "for node_selector).",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="Extra arguments appended to the runtime's command line, e.g. "
+        "--gpu-memory-utilization=0.85 or --dtype=bfloat16. Flags the operator sets "
+        "(--model_name, --model_id, --backend, --runner, --max_model_len, "
+        "--tensor-parallel-size) are refused.",
+    )
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _quantity(cls, v: str) -> str:
+        if not _QUANTITY.match(v):
+            raise ValueError("must be a Kubernetes quantity such as '4', '500m' or '16Gi'")
+        return v
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_managed(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            flag = arg.split("=", 1)[0]
+            if flag.startswith("-") and flag.replace("_", "-") in _MANAGED_FLAGS:
+                raise ValueError(
+                    f"{arg!r}: the operator sets {flag} itself (from the reward's model, "
+                    "gpus and max_model_len)"
+                )
+        return v
+
+
+class EmbeddingServingSpec(ServedModelSpec):
+    """The embedding model (``<name>-embedding``, vLLM ``--runner=pooling``). Defaults: the
+    sarl-inference chart's limits for Qwen3-Embedding-0.6B."""
+
+    cpu: str = Field(
+        default="4",
+        json_schema_extra=_QUANTITY_SCHEMA,
+        description="CPU of the runtime container, request and limit (instead of the KServe "
+        "runtime's 1 CPU).",
+    )
+    memory: str = Field(
+        default="16Gi",
+        json_schema_extra=_QUANTITY_SCHEMA,
+        description="Memory of the runtime container, request and limit (instead of the KServe "
+        "runtime's 2Gi, in which vLLM is OOM-killed while loading).",
+    )
+    max_model_len: int = Field(
+        default=8192,
+        ge=1,
+        description="Maximum tokens per input (--max_model_len); one reasoning step is far "
+        "shorter, and a smaller value leaves more GPU memory to the KV cache.",
+    )
+
+
+class JudgeServingSpec(ServedModelSpec):
+    """The judge / chat model (``<name>-judge``). Defaults: the sarl-inference chart's limits for
+    its judge (Qwen3-4B-Instruct)."""
+
+    cpu: str = Field(
+        default="8",
+        json_schema_extra=_QUANTITY_SCHEMA,
+        description="CPU of the runtime container, request and limit (instead of the KServe "
+        "runtime's 1 CPU).",
+    )
+    memory: str = Field(
+        default="32Gi",
+        json_schema_extra=_QUANTITY_SCHEMA,
+        description="Memory of the runtime container, request and limit (instead of the KServe "
+        "runtime's 2Gi, in which vLLM is OOM-killed while loading).",
+    )
+    max_model_len: int = Field(
+        default=16384,
+        ge=1,
+        description="Context length (--max_model_len): prompt, response and the judge's "
+        "instructions must fit.",
+    )
+
+
+class ServingSpec(_Strict):
+    """Cluster only: how the operator serves the models the rewards name without a URL."""
+
+    embedding: EmbeddingServingSpec = Field(
+        default_factory=EmbeddingServingSpec,
+        description="InferenceService <name>-embedding (an openai embedder with an empty url).",
+    )
+    judge: JudgeServingSpec = Field(
+        default_factory=JudgeServingSpec,
+        description="InferenceService <name>-judge (a chat endpoint with a model and no url).",
+    )
+
+
 class ExperimentSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
@@ -275,6 +424,11 @@ class ExperimentSpec(_Strict):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    serving: ServingSpec = Field(
+        default_factory=ServingSpec,
+        description="Cluster only: resources, placement and vLLM limits of the InferenceServices "
+        "the operator creates for the rewards; ignored by local runs.",
+    )
 
     @model_validator(mode="after")
     def _backend_runs_algorithm(self) -> ExperimentSpec:
