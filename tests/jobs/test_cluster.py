@@ -71,7 +71,10 @@ def test_the_spec_node_count_is_checked() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"PET_NODE_RANK": "3", "PET_NNODES": "3"}, r"PET_NODE_RANK=3 is not in \[0, PET_NNODES=3\)"),
+        (
+            {"PET_NODE_RANK": "3", "PET_NNODES": "3"},
+            r"PET_NODE_RANK=3 is not in \[0, PET_NNODES=3\)",
+        ),
         ({"RANK": "x"}, r"RANK='x' is not an integer"),
         ({"PET_NNODES": "1:4"}, r"PET_NNODES='1:4': an elastic node range"),
         ({"PET_NNODES": "0"}, r"PET_NNODES=0: must be >= 1"),

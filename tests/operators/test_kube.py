@@ -38,9 +38,9 @@ def server() -> Iterator[KubeServer]:
 
 
 @pytest.fixture
-def api(server: KubeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> DynamicKubeApi:
-    monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig", NAMESPACE)))
-    return DynamicKubeApi(timeout_s=10)
+def api(server: KubeServer, tmp_path: Path) -> DynamicKubeApi:
+    path = server.kubeconfig(tmp_path / "kubeconfig", NAMESPACE)
+    return DynamicKubeApi(timeout_s=10, kubeconfig=str(path))
 
 
 def _configmap(name: str, owner_uid: str | None) -> dict[str, Any]:

@@ -129,56 +129,62 @@ clients in other pods (the operator, training jobs) are not rejected.
 {{- join "," $hosts }}
 {{- end }}
 
-{{/* Rules the operator's handlers need on the watched namespaces (ClusterRole or Role). */}}
+{{/*
+Rules of the operator on the watched namespaces (ClusterRole or Role): exactly the calls it
+makes, pinned by tests/operators/test_rbac.py (a call without a rule, or a rule no call uses,
+fails it). Nothing is deleted (children go with their owner, by the garbage collector) and pods
+are never read.
+*/}}
 {{- define "sarl-platform.operatorRules" -}}
-# The Experiment resources: watch them, patch their status, own their children; a Study
-# creates its arm x seed Experiments (deleting them is left to the garbage collector).
+# kopf lists and watches Experiments and Studies and patches them (finalizers, annotations;
+# status through the subresource); a Study's handlers get and create its arm x seed Experiments.
 - apiGroups: ["sarl.dev"]
   resources: ["experiments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-- apiGroups: ["sarl.dev"]
-  resources: ["experiments/status"]
-  verbs: ["get", "patch", "update"]
-- apiGroups: ["sarl.dev"]
-  resources: ["experiments/finalizers"]
-  verbs: ["update"]
-# The Study resources: watch them, patch their status, own their Experiments, ConfigMap and
-# report Job (finalizers: kopf's own, and blockOwnerDeletion on the children).
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["sarl.dev"]
   resources: ["studies"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["list", "watch", "patch"]
 - apiGroups: ["sarl.dev"]
-  resources: ["studies/status"]
-  verbs: ["get", "patch", "update"]
+  resources: ["experiments/status", "studies/status"]
+  verbs: ["patch"]
+# Children carry ownerReferences with blockOwnerDeletion, which the API server's
+# OwnerReferencesPermissionEnforcement allows only with update on the owner's finalizers.
 - apiGroups: ["sarl.dev"]
-  resources: ["studies/finalizers"]
+  resources: ["experiments/finalizers", "studies/finalizers"]
   verbs: ["update"]
-# The children the builders produce: training jobs, inference services, the spec ConfigMap.
+# Children applied by kube.apply: get, then create or merge-patch.
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["serving.kserve.io"]
   resources: ["inferenceservices"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# The evaluation Job run once training has Succeeded, and a Study's report Job.
+  verbs: ["get", "create", "patch"]
+# Evaluation and Study report Jobs: created once, never patched (a Job's template is immutable).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
-# Progress/errors as Kubernetes events (kopf posts to both APIs).
+  verbs: ["get", "create"]
+# kopf reports progress and errors as core v1 Events.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
-# Training pods' state and logs (step/reward progress, failure reasons).
+  verbs: ["create"]
+# The handlers check that the S3 credentials Secret the pods reference exists in the
+# Experiment's namespace: that one name only, never other Secrets.
 - apiGroups: [""]
-  resources: ["pods"]
-  verbs: ["get", "list", "watch"]
-- apiGroups: [""]
-  resources: ["pods/log"]
+  resources: ["secrets"]
+  resourceNames: [{{ .Values.objectStore.credentials.existingSecret | quote }}]
   verbs: ["get"]
+{{- end }}
+
+{{/* The admission webhook's Service, and its generated TLS Secret. */}}
+{{- define "sarl-platform.webhookName" -}}{{ include "sarl-platform.operatorName" . }}-webhook{{- end }}
+{{- define "sarl-platform.webhookTlsSecret" -}}
+{{- default (printf "%s-tls" (include "sarl-platform.webhookName" .)) .Values.operator.admissionWebhook.tls.existingSecret }}
+{{- end }}
+
+{{/* Whether the operator serves the admission webhook. */}}
+{{- define "sarl-platform.webhookEnabled" -}}
+{{- if and .Values.operator.enabled .Values.operator.admissionWebhook.enabled }}true{{ end }}
 {{- end }}

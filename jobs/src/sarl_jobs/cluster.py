@@ -76,7 +76,9 @@ class ClusterEnv:
         if env.nnodes < 1:
             raise ValueError(f"PET_NNODES={env.nnodes}: must be >= 1")
         if not 0 <= env.node_rank < env.nnodes:
-            raise ValueError(f"PET_NODE_RANK={env.node_rank} is not in [0, PET_NNODES={env.nnodes})")
+            raise ValueError(
+                f"PET_NODE_RANK={env.node_rank} is not in [0, PET_NNODES={env.nnodes})"
+            )
         world_raw = environ.get("WORLD_SIZE")
         if world_raw is not None and nproc is not None and "PET_NNODES" in environ:
             if _int(environ, "WORLD_SIZE", 1) != env.nnodes * nproc:

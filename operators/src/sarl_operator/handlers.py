@@ -45,6 +45,7 @@ from sarl.integrations.cluster import check_cluster
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
 from sarl_operator import builders, evaluation
+from sarl_operator.admission import allowed_registries, image_violations
 from sarl_operator.kube import (
     DynamicKubeApi,
     ForeignOwnerError,
@@ -119,6 +120,8 @@ class Settings:
     ui_url: str = ""
     platform: builders.Platform = field(default_factory=builders.Platform)
     retry_delay_s: float = WAIT_RETRY_DELAY_S
+    #: Image prefixes an Experiment may name (``SARL_ALLOWED_IMAGE_REGISTRIES``); empty: any.
+    allowed_registries: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -129,6 +132,7 @@ class Settings:
             ui_url=env.get("SARL_MLFLOW_UI_URL", ""),
             platform=builders.Platform.from_env(env),
             retry_delay_s=_seconds(env, "SARL_RETRY_DELAY_S", WAIT_RETRY_DELAY_S),
+            allowed_registries=allowed_registries(env),
         )
 
     def image_of(self, exp: Experiment) -> str:
@@ -257,6 +261,10 @@ def reconcile(
     try:
         exp = experiment_from_body(body, platform)
         check_cluster(exp)  # what the trainer would refuse fails here, not in a restarting pod
+        # The admission webhook refuses these first; this holds when it is off or was bypassed.
+        refused = image_violations(body, settings.allowed_registries)
+        if refused:
+            raise ValueError("; ".join(refused))
         services = [
             builders.configmap(exp, namespace, platform),
             *builders.inference_services(exp, namespace, platform),
@@ -531,6 +539,8 @@ def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 
 
 # kopf registers handlers when their module is imported, and the operator runs this module
-# (`kopf run -m sarl_operator.handlers`): importing the Study handlers here registers them too.
+# (`kopf run -m sarl_operator.handlers`): importing the Study handlers here registers them too
+# (the admission webhook's handlers are registered by the import of sarl_operator.admission
+# at the top).
 # Last, because they build on this module.
 from sarl_operator import study_handlers  # noqa: E402, F401

@@ -68,14 +68,18 @@ class DynamicKubeApi:
     ``ApiException``, which kopf turns into a retry of the handler; a kind the cluster does not
     serve raises :class:`MissingApiError`."""
 
-    def __init__(self, timeout_s: float = 30.0) -> None:
+    def __init__(self, timeout_s: float = 30.0, *, kubeconfig: str | None = None) -> None:
         from kubernetes import client, config, dynamic
 
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        self._client = dynamic.DynamicClient(client.ApiClient())
+        if kubeconfig is not None:  # an explicit file (tests, tools) wins over the pod's account
+            api_client = config.new_client_from_config(config_file=kubeconfig)
+        else:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            api_client = client.ApiClient()
+        self._client = dynamic.DynamicClient(api_client)
         self._timeout_s = timeout_s
 
     def _resource(self, api_version: str, kind: str) -> Any:

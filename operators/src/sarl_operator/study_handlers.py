@@ -36,6 +36,7 @@ from sarl.spec.experiment import API_VERSION, KIND
 from sarl.spec.loader import SpecError, load_study
 from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study
 from sarl_operator import study_builders, study_status
+from sarl_operator.admission import image_violations
 from sarl_operator.handlers import (
     _INTERVAL_S,
     GROUP,
@@ -222,6 +223,10 @@ def reconcile(
     meta = body["metadata"]
     try:
         study = study_from_body(body)
+        # The admission webhook refuses these first; this holds when it is off or was bypassed.
+        refused = image_violations(body, settings.allowed_registries)
+        if refused:
+            raise ValueError("; ".join(refused))
     except (SpecError, ValueError) as e:
         failed = failed_status(str(e), meta.get("generation"), _now())
         _patch_status(body, patch, failed, post_event, WATCHED)
