@@ -26,12 +26,14 @@ $(VENV)/.installed: sdk/pyproject.toml services/pyproject.toml operators/pyproje
 	$(PY) -m pip install $(PIP_FLAGS) -e services -e "operators[test]" -e jobs
 	touch $@
 
-$(VENV_VERL)/.installed: sdk/pyproject.toml jobs/pyproject.toml
+$(VENV_VERL)/.installed: sdk/pyproject.toml jobs/pyproject.toml operators/pyproject.toml
 	$(PYTHON) -m venv $(VENV_VERL)
 	$(PY_VERL) -m pip install $(PIP_FLAGS) --upgrade pip
 	$(PY_VERL) -m pip install $(PIP_FLAGS) $(TORCH)
 	$(PY_VERL) -m pip install $(PIP_FLAGS) -e "sdk[verl,test]"
 	$(PY_VERL) -m pip install $(PIP_FLAGS) -e "jobs[verl]"
+	# The operator's pure builders only (no kopf): the multi-node job tests build the PyTorchJob.
+	$(PY_VERL) -m pip install $(PIP_FLAGS) --no-deps -e operators
 	touch $@
 
 setup-main: $(VENV)/.installed

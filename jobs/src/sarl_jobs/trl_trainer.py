@@ -11,8 +11,13 @@ or ``from sarl_jobs.trl_trainer import main; main("experiment.yaml")``. Needs th
 (``PET_NODE_RANK``, ``PET_NNODES``, see :mod:`sarl_jobs.cluster`), ``MASTER_ADDR`` and
 ``MASTER_PORT`` from the PyTorchJob; every launched process calls :func:`train`. On CPU-only
 nodes (``resources.gpus_per_node: 0``) it runs ``torch.distributed.run`` instead, one process per
-node, and trains with DDP over gloo (FSDP2 needs a collective gloo lacks). ``--dry-run`` prints
-the plan (:func:`plan`) as JSON and runs nothing.
+node, and trains with DDP over gloo: FSDP2 shards with ``reduce_scatter``, which gloo does not
+implement, and ``accelerate launch`` on CPUs uses its simple launcher, which spans machines only
+through MPI (``--mpirun_hostfile``); torchrun is what ``accelerate launch`` starts underneath on
+GPUs, and the processes it starts are the same :func:`train` (accelerate's MULTI_CPU state,
+``ACCELERATE_USE_CPU``). The CPU path is what the multi-node tests run (no GPU here); the GPU path
+differs in the launcher and the FSDP2 config only. ``--dry-run`` prints the plan (:func:`plan`)
+as JSON and runs nothing.
 
 The spec -> ``GRPOConfig``/``RLOOConfig`` mapping is ``sarl.runner.trl_config.training_args``
 (the local runner's), with the cluster's batch layout on top
@@ -47,6 +52,7 @@ from sarl.integrations.trl_cluster import (
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
 from sarl_jobs.cluster import ClusterEnv
+from sarl_jobs.resume import StoreSettings, local_trl_checkpoint, restore_trl
 
 #: Stands for the accelerate config file in a dry-run plan (written to a temp dir at start).
 ACCELERATE_CONFIG_PLACEHOLDER: Final = "<accelerate.yaml>"
@@ -130,7 +136,7 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     from accelerate import PartialState
     from datasets import Dataset
 
-    from sarl.integrations.trl import make_trl_reward
+    from sarl.integrations.trl import bind_policy, make_trl_reward
     from sarl.runner.trl_config import trainer_classes, training_args
     from sarl_jobs.data import problems
 
@@ -140,6 +146,9 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     if spec.tracking.mlflow_uri:
         os.environ.setdefault("MLFLOW_TRACKING_URI", spec.tracking.mlflow_uri)
     os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", spec.tracking.experiment_name or exp.name)
+    # Before torch.distributed starts: from then on transformers' save_pretrained writes only on
+    # global rank 0, and the built-in model of every other node would lack its weights.
+    model_path = _model_path(exp, Path(output_dir))
     state = PartialState()
     train_problems, _ = problems(exp)
     dataset = Dataset.from_dict(
@@ -159,11 +168,12 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     local = training_args(config_cls, exp, Path(output_dir), weights, progress=False)
     args = dataclasses.replace(local, **cluster_overrides(exp, state.num_processes))
     trainer = trainer_cls(
-        model=_model_path(exp, Path(output_dir)),
+        model=model_path,
         reward_funcs=rewards,
         args=args,
         train_dataset=dataset,
     )
+    bind_policy(rewards, trainer)  # embedder.kind 'policy': steps embedded by this policy
     store = StoreSettings.resolve(exp, os.environ)
     trainer.add_callback(_upload_callback(store))
     # Every node needs the files; one process per node downloads, the others wait for it.

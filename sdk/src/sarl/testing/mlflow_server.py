@@ -1,4 +1,4 @@
-"""Start a real MLflow tracking server (``mlflow server``) as a subprocess on loopback.
+"""Start a real MLflow tracking server (``mlflow server``) as a subprocess, on loopback by default.
 
 Used by the tracking tests (one server per test session), and handy for demos:
 ``with running_mlflow_server(Path("/tmp/mlf")) as server: print(server.url)``. It is the real
@@ -59,17 +59,19 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @contextlib.contextmanager
 def running_mlflow_server(
-    tmp_dir: Path, *, port: int = 0, startup_timeout_s: float = 90.0
+    tmp_dir: Path, *, port: int = 0, host: str = "127.0.0.1", startup_timeout_s: float = 90.0
 ) -> Iterator[MlflowServer]:
     """Run ``mlflow server`` with its state in ``tmp_dir`` until the block exits.
 
-    ``port=0`` picks a free port. Waits until ``GET /health`` answers (a cold start takes about
+    ``port=0`` picks a free port. ``host`` is the address it listens on (another local address,
+    e.g. a bridge that test network namespaces reach; MLflow's default allowed hosts include
+    the private ranges). Waits until ``GET /health`` answers (a cold start takes about
     10 s); raises ``RuntimeError`` with the log's tail if the server exits or does not get ready
     within ``startup_timeout_s``.
     """
     tmp_dir = Path(tmp_dir).resolve()
     tmp_dir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
+    port = port or free_port(host)
     db_uri = f"sqlite:///{tmp_dir / 'mlflow.db'}"
     artifacts = tmp_dir / "mlartifacts"
     log_path = tmp_dir / "mlflow-server.log"
@@ -77,7 +79,7 @@ def running_mlflow_server(
         *(sys.executable, "-m", "mlflow", "server"),
         *("--backend-store-uri", db_uri),
         *("--artifacts-destination", str(artifacts), "--serve-artifacts"),
-        *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+        *("--host", host, "--port", str(port), "--workers", "1"),
     ]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with log_path.open("wb") as log:
@@ -90,7 +92,7 @@ def running_mlflow_server(
             cwd=tmp_dir,  # anything MLflow writes relative to the working directory stays here
             start_new_session=True,  # its own process group, so stopping reaches the workers
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     try:
         _wait_healthy(process, url, log_path, startup_timeout_s)
         yield MlflowServer(url, process.pid, db_uri, artifacts, log_path)
