@@ -32,7 +32,6 @@ from sarl.integrations.trl_cluster import check_supported, cluster_overrides
 from sarl.integrations.verl.config import verl_overrides
 from sarl.spec.experiment import Experiment
 
-
 #: Suffixes of an Experiment's children (the operator's builders use these).
 CONFIG_SUFFIX: Final = "-config"
 EMBEDDING_SUFFIX: Final = "-embedding"

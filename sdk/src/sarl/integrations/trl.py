@@ -2,11 +2,12 @@
 
 Called by user training scripts and the TRL job entrypoint::
 
-    from sarl.integrations.trl import make_trl_reward
+    from sarl.integrations.trl import bind_policy, make_trl_reward
 
     embedder = {"kind": "openai", "url": "http://embedder:8000", "model": "all-MiniLM-L6-v2"}
     reward = make_trl_reward("structure", {"embedder": embedder})
     trainer = GRPOTrainer(model=..., reward_funcs=[accuracy_reward, reward], ...)
+    bind_policy([reward], trainer)  # needed only for embedder kind "policy"; harmless otherwise
 
 What TRL passes, checked against TRL 1.16 (``_calculate_rewards`` in ``trl/trainer/grpo_trainer.py``
 and ``rloo_trainer.py``, identical in both): keyword arguments ``prompts``, ``completions`` and
@@ -44,17 +45,25 @@ What this adapter does with them:
   stops the step rather than becoming a reward of 0.
 * Other inputs: a dataset column ``ground_truth`` fills ``Sample.ground_truth``; the remaining
   columns are in ``Sample.extra`` (with ``prompt_messages`` for conversational prompts).
-  ``completion_ids`` and ``trainer_state`` are not used.
+  ``trainer_state`` is not used.
+* Policy embeddings (``embedder.kind: policy``, SARL v1 A.1 Implementation A): when the reward's
+  embedder is a :class:`~sarl.embedding.policy.PolicyEmbedder`, the batch is scored inside
+  :func:`policy_batch`, which embeds every step of every completion from ``completion_ids`` with
+  the trainer's policy before the reward asks for the vectors. The policy reaches the embedder
+  through :func:`bind_policy`, called once after the trainer is built (the local runner does;
+  the TRL cluster job does the same with one line after building its trainer).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
+from sarl.embedding.policy import PolicyEmbedder
 from sarl.rewards.base import Reward, RewardOutput, Sample
 from sarl.rewards.registry import create_reward
 
@@ -107,7 +116,9 @@ class TRLRewardFunc:
             for i in range(len(completions))
         ]
         spans = group_spans(prompts, self.num_generations)
-        outputs = self._score([samples[a:b] for a, b in spans])
+        responses = [s.response for s in samples]
+        with policy_batch(self.reward, prompts, completion_ids, responses):
+            outputs = self._score([samples[a:b] for a, b in spans])
         if log_metric is not None:
             log_component_means(outputs, self.reward, log_metric)
         return [None if math.isnan(o.score) else float(o.score) for o in outputs]
@@ -144,6 +155,57 @@ def make_trl_reward(
             raise ValueError("settings: must be None when an already built reward is passed")
         return TRLRewardFunc(reward, num_generations=num_generations)
     return TRLRewardFunc(create_reward(name, settings), num_generations=num_generations)
+
+
+def _scorer(reward: Reward | TRLRewardFunc) -> Any:
+    # Rewards that embed steps expose their scorer (the structure reward does).
+    if isinstance(reward, TRLRewardFunc):
+        reward = reward.reward
+    return getattr(reward, "scorer", None)
+
+
+def policy_embedder(reward: Reward | TRLRewardFunc) -> PolicyEmbedder | None:
+    """The reward's policy embedder (``embedder.kind: policy``) if it has one; a TRL reward
+    function is looked through to its reward."""
+    embedder = getattr(_scorer(reward), "embedder", None)
+    return embedder if isinstance(embedder, PolicyEmbedder) else None
+
+
+def bind_policy(rewards: Iterable[Reward | TRLRewardFunc], trainer: Any) -> int:
+    """Give every policy embedder among ``rewards`` the trainer's policy; returns how many.
+
+    Call once, after the TRL trainer is built: each batch then embeds with ``trainer.model`` as
+    it is at that moment (the weights being trained) and ``trainer.processing_class``.
+    Other rewards and functions are skipped, so passing all of a trainer's rewards is fine.
+    """
+    bound = 0
+    for reward in rewards:
+        embedder = policy_embedder(reward)
+        if embedder is not None:
+            embedder.bind_trainer(trainer)
+            bound += 1
+    return bound
+
+
+def policy_batch(
+    reward: Reward | TRLRewardFunc,
+    prompts: Sequence[Turn],
+    completion_ids: Sequence[Sequence[int]] | None,
+    responses: Sequence[str],
+) -> contextlib.AbstractContextManager[None]:
+    """Where the reward has a policy embedder: the batch's steps embedded from
+    ``completion_ids`` (:meth:`PolicyEmbedder.batch`) for the scoring done inside; otherwise
+    nothing. ``responses`` are the texts the reward scores, one per completion."""
+    scorer = _scorer(reward)
+    embedder = getattr(scorer, "embedder", None)
+    if not isinstance(embedder, PolicyEmbedder):
+        return contextlib.nullcontext()
+    if completion_ids is None:
+        raise ValueError(
+            "embedder.kind 'policy' needs the completion_ids of the sampled completions; TRL "
+            "(>= 1.0) passes them to reward functions, other callers must pass them too"
+        )
+    return embedder.batch(prompts, completion_ids, responses, scorer.config)
 
 
 def completion_text(

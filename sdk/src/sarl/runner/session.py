@@ -149,7 +149,7 @@ class LocalSession:
     def _trainer(self, model: Any, tokenizer: Any, problems: list[Any]) -> tuple[Any, Any]:
         from datasets import Dataset
 
-        from sarl.integrations.trl import make_trl_reward
+        from sarl.integrations.trl import bind_policy, make_trl_reward
         from sarl.runner.recorder import BatchRecord, recording
         from sarl.runner.trl_config import trainer_classes, training_args
 
@@ -182,6 +182,8 @@ class LocalSession:
             train_dataset=dataset,
             processing_class=tokenizer,
         )
+        # embedder.kind 'policy' embeds steps with the policy TRL trains (SARL v1 A.1, A).
+        bind_policy([r for r, _ in self.rewards], trainer)
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         # Both print every logged value each step; sarl logs them to MLflow instead.
@@ -227,12 +229,17 @@ class LocalSession:
         )
 
     def _log_maps(self, step: int, record: Any) -> None:
+        from sarl.integrations.trl import policy_batch
         from sarl.runner.maps import draw_sample_maps
 
-        scorer = next((r.scorer for r, _ in self.rewards if hasattr(r, "scorer")), None)
-        paths = draw_sample_maps(
-            record.completions[:N_MAPS], scorer, self.root / "maps" / f"step-{step:06d}"
-        )
+        reward = next((r for r, _ in self.rewards if hasattr(r, "scorer")), None)
+        if reward is None:
+            return
+        texts = record.completions[:N_MAPS]
+        ids = record.completion_ids[:N_MAPS] if record.completion_ids is not None else None
+        # A policy embedder embeds the maps' steps as it embedded them for the reward.
+        with policy_batch(reward, record.prompts[:N_MAPS], ids, texts):
+            paths = draw_sample_maps(texts, reward.scorer, self.root / "maps" / f"step-{step:06d}")
         for path in paths:
             self.tracker.log_image(path, f"maps/step-{step:06d}")
 

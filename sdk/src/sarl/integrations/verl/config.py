@@ -171,6 +171,17 @@ def _reward(exp: Experiment) -> list[str]:
             f"got {[(t.name, t.weight) for t in terms]}"
         )
     term = terms[0]
+    embedder = term.settings.get("embedder")
+    if isinstance(embedder, dict) and embedder.get("kind") == "policy":
+        # verl scores rollouts in its reward loop, which gets text and token ids but not the
+        # actor (FSDP workers in other Ray processes); its rollouts come from vLLM/SGLang, which
+        # do not return hidden states. Implementation A would need a custom actor worker.
+        raise ValueError(
+            "spec.reward[0].settings.embedder.kind='policy': the verl trainer cannot give the "
+            "reward the policy's hidden states (SARL v1 A.1 Implementation A); use 'openai' "
+            "(Implementation B, the paper's choice with served rollouts), 'local' or "
+            "'hf_causal', or the TRL backend (spec.resources.backend: trl)"
+        )
     group = get_reward_class(term.name).needs_group
     return verl_reward_overrides(
         term.name,
