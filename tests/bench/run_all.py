@@ -1,9 +1,10 @@
 """``make bench``: run every benchmark once, print the figures and write them as JSON.
 
 Writes ``<out>/structure.json`` with at least ``naive_ms_per_response``,
-``fast_ms_per_response``, ``speedup``, ``scores_identical`` and ``embedding_speedup``, and
-``<out>/reward_service.json`` with throughput and p50/p99 latency of the reward service at client
-concurrency 1, 8 and 32 (embedding service behind it).
+``fast_ms_per_response``, ``speedup``, ``scores_identical`` and ``embedding_speedup``,
+``<out>/rewards.json`` with each text-only reward's time per sample from 1 kB to 1 MB (issue 12's
+linear-time bound), and ``<out>/reward_service.json`` with throughput and p50/p99 latency of the
+reward service at client concurrency 1, 8 and 32 (embedding service behind it).
 Benchmarks are measurements, never tests: nothing here fails on a slow machine.
 """
 
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_embedding
 import bench_reward_service
+import bench_rewards
 import bench_structure
 
 
@@ -69,6 +71,12 @@ def main() -> None:
     path = args.out / "structure.json"
     path.write_text(json.dumps(figures, indent=2) + "\n")
     console.print(f"wrote {path}")
+    with console.status("text-only rewards: time per sample from 1 kB to 1 MB..."):
+        scaling = bench_rewards.run()
+    bench_rewards.print_table(scaling)
+    rewards_path = args.out / "rewards.json"
+    rewards_path.write_text(json.dumps(scaling, indent=2) + "\n")
+    console.print(f"wrote {rewards_path}")
     if args.skip_service:
         return
     with console.status("reward service on loopback at concurrency 1, 8, 32..."):

@@ -80,12 +80,13 @@ class ClusterEnv:
                 f"PET_NODE_RANK={env.node_rank} is not in [0, PET_NNODES={env.nnodes})"
             )
         world_raw = environ.get("WORLD_SIZE")
-        if world_raw is not None and nproc is not None and "PET_NNODES" in environ:
-            if _int(environ, "WORLD_SIZE", 1) != env.nnodes * nproc:
-                raise ValueError(
-                    f"WORLD_SIZE={world_raw} but PET_NNODES={env.nnodes} x PET_NPROC_PER_NODE={nproc}"
-                    f" = {env.nnodes * nproc}: not a Training Operator environment"
-                )
+        checkable = world_raw is not None and nproc is not None and "PET_NNODES" in environ
+        if checkable and _int(environ, "WORLD_SIZE", 1) != env.nnodes * (nproc or 1):
+            raise ValueError(
+                f"WORLD_SIZE={world_raw} but PET_NNODES={env.nnodes} x "
+                f"PET_NPROC_PER_NODE={nproc} = {env.nnodes * (nproc or 1)}: not a Training "
+                "Operator environment"
+            )
         return env
 
     def check_layout(self, *, nodes: int) -> None:

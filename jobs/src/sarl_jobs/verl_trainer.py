@@ -11,9 +11,9 @@ extra (``pip install -e jobs[verl]``) and GPUs. ``--dry-run`` prints this pod's 
 
 * Node 0 (``PET_NODE_RANK`` from the PyTorchJob, see :mod:`sarl_jobs.cluster`) starts the Ray
   head, waits until ``PET_NNODES`` Ray nodes joined, writes the task's train/eval prompts as
-  verl parquet files, builds the built-in model if the spec names it, composes verl's ``ppo_trainer.yaml`` with
-  :func:`sarl.integrations.verl.config.verl_overrides` and runs verl's ``main_ppo.main``
-  (the driver).
+  verl parquet files, builds the built-in model if the spec names it, composes verl's
+  ``ppo_trainer.yaml`` with :func:`sarl.integrations.verl.config.verl_overrides` and runs verl's
+  ``main_ppo.main`` (the driver).
 * Other nodes join with ``ray start --address=$MASTER_ADDR:6379 --block`` and live as long as the
   head; when the driver ends the head stops and the workers exit.
 * Resume: before the driver starts, :func:`sarl_jobs.resume.restore_verl` puts the store's

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sarl.rewards.math_answer import answers_equal, extract_answer, normalize
+from sarl.rewards.math_answer import MAX_NUMBER_DIGITS, answers_equal, extract_answer, normalize
 
 
 @pytest.mark.parametrize(
@@ -83,3 +85,78 @@ def test_different_answers(pred: str, truth: str) -> None:
 def test_normalize_strips_wrappers() -> None:
     assert normalize(" $\\text{1,000}$. ") == "1000"
     assert normalize("3 \\cdot 4 \\div 2") == "3*4/2"
+
+
+# --- hostile answers (issue 12): no exception and linear time on anything a policy can write ---
+
+HUGE = "1" + "0" * 4400  # past Python's 4,300-digit int-string limit
+
+
+@pytest.mark.parametrize(
+    ("pred", "truth", "equal"),
+    [
+        (HUGE, "1", False),
+        (HUGE, HUGE, True),  # beyond the digit cap numbers compare as normalised strings
+        (f"{HUGE}/3", "1", False),
+        (f"\\frac{{{HUGE}}}{{3}}", "1", False),
+        (f"0.{HUGE}", "0.5", False),
+        ("1" + "0" * 1000, "1e1000", False),
+    ],
+)
+def test_numbers_past_the_digit_cap_never_raise(pred: str, truth: str, equal: bool) -> None:
+    assert answers_equal(pred, truth) is equal
+    assert answers_equal(truth, pred) is equal
+
+
+def test_numbers_at_the_digit_cap_still_compare_by_value() -> None:
+    n = "1" + "0" * (MAX_NUMBER_DIGITS - 2)
+    assert answers_equal(n + ".0", n)  # MAX_NUMBER_DIGITS digits on the left
+
+
+@pytest.mark.timeout(60)  # hang guard: the old per-\boxed rescan took ~20 min on this input
+def test_repeated_unclosed_boxed_is_linear() -> None:
+    text = "\\boxed{" * 100_000 + "\\boxed{7}" + "\\boxed{" * 100_000
+    assert extract_answer(text) == "7"
+    assert extract_answer("\\boxed{" * 100_000) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("\\boxed{a{b}c} \\boxed{d", "a{b}c"),
+        ("}} \\boxed{x}}", "x"),
+        ("\\boxed{1} \\boxed{ {2} \\boxed{3}", "3"),  # the second box never closes
+        ("\\boxed{\\boxed{4}}", "4"),
+        ("\\boxed{\\boxed{4}", "4"),
+        ("\\boxed   {5}", "5"),
+        ("\\boxed\\boxed{6}", "6"),
+    ],
+)
+def test_extract_answer_brace_matching(text: str, expected: str) -> None:
+    assert extract_answer(text) == expected
+
+
+def _reference_extract(text: str) -> str | None:
+    """The original quadratic rule, written plainly: rescan from each box."""
+    answer = None
+    start = text.find("\\boxed")
+    while start >= 0:
+        i = start + len("\\boxed")
+        while i < len(text) and text[i] == " ":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            depth = 0
+            for j in range(i, len(text)):
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                if depth == 0:
+                    answer = text[i + 1 : j].strip()
+                    break
+        start = text.find("\\boxed", start + len("\\boxed"))
+    return answer
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["\\boxed", "{", "}", " ", "x", "\\boxed{", "}}", "\\"])))
+def test_extract_answer_agrees_with_the_rescanning_rule(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert extract_answer(text) == _reference_extract(text)

@@ -9,6 +9,11 @@ Called by the ``ground_truth`` reward and by held-out evaluation in the local ru
   (``3``, ``-0.5``, ``1/2``, ``\\frac{1}{2}``); equal value *and* the same multiset of numbers
   when both are integer expressions with an operator (the Countdown rule: any expression of the
   given numbers that reaches the target is a solution); otherwise string equality.
+
+Both run in linear time on any text a policy can write (issue 12): boxes are found in one pass
+with one brace stack, and a number with more than :data:`MAX_NUMBER_DIGITS` digits is not turned
+into an int (Python refuses past 4,300 digits, and the conversion is superlinear below that); it
+is compared as a normalised string instead. A real answer never has that many digits.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
-_BOXED = "\\boxed"
+_BOXED_OPEN = re.compile(r"\\boxed *\{")
+_BRACE = re.compile(r"[{}]")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _INT = re.compile(r"[+-]?\d+")
@@ -27,38 +33,45 @@ _RATIO = re.compile(r"([+-]?\d+)/([+-]?\d+)")
 _FRAC = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}")
 _EXPR_TOKEN = re.compile(r"\d+|[-+*/()]")
 _MAX_EXPR_CHARS = 200  # expressions are answers, not programs: bound the parser's work
+#: Numbers with more digits than this are compared as strings, never converted to int.
+MAX_NUMBER_DIGITS = 1000
 
 
 def extract_answer(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` whose braces balance, stripped; None if there is none.
 
     An unclosed ``\\boxed{`` (generation cut at the length limit) is skipped, so an earlier
-    complete one still counts. ``\\boxed {x}`` (space before the brace) is accepted.
+    complete one still counts. ``\\boxed {x}`` (space before the brace) is accepted. Linear in
+    the text: every box's closing brace comes from one left-to-right brace stack, instead of a
+    scan to the end of the text per unclosed box (quadratic on ``\\boxed{`` repeated).
     """
-    answer: str | None = None
-    start = text.find(_BOXED)
-    while start >= 0:
-        i = start + len(_BOXED)
-        while i < len(text) and text[i] == " ":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            content = _balanced(text, i)
-            if content is not None:
-                answer = content.strip()
-        start = text.find(_BOXED, start + len(_BOXED))
-    return answer
-
-
-def _balanced(text: str, open_at: int) -> str | None:
-    depth = 0
-    for i in range(open_at, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_at + 1 : i]
+    opens = [m.end() - 1 for m in _BOXED_OPEN.finditer(text)]  # offsets of the boxes' "{"
+    if not opens:
+        return None
+    closes = _closing_braces(text, opens[0], frozenset(opens))
+    for start in reversed(opens):
+        end = closes.get(start)
+        if end is not None:
+            return text[start + 1 : end].strip()
     return None
+
+
+def _closing_braces(text: str, start: int, wanted: frozenset[int]) -> dict[int, int]:
+    """Offset of the matching ``}`` of each ``{`` in ``wanted`` that is closed (from ``start``).
+
+    A ``}`` closes the innermost open ``{``; one with nothing open is ignored. That is the same
+    balance rule as counting depth from each box, for every box at once.
+    """
+    stack: list[int] = []
+    closes: dict[int, int] = {}
+    for m in _BRACE.finditer(text, start):
+        if m[0] == "{":
+            stack.append(m.start())
+        elif stack:
+            opened = stack.pop()
+            if opened in wanted:
+                closes[opened] = m.start()
+    return closes
 
 
 def normalize(answer: str) -> str:
@@ -79,7 +92,14 @@ def normalize(answer: str) -> str:
 
 
 def as_rational(answer: str) -> Fraction | None:
-    """The exact value of a normalised integer, decimal, ``a/b`` or ``\\frac{a}{b}``; else None."""
+    """The exact value of a normalised integer, decimal, ``a/b`` or ``\\frac{a}{b}``; else None.
+
+    None as well for a number with more than :data:`MAX_NUMBER_DIGITS` digits (see the module
+    docstring): it is then compared as a string.
+    """
+    # A number is its digits plus at most a dozen other characters (sign, point, \\frac{}{}).
+    if len(answer) > MAX_NUMBER_DIGITS + 12 or sum(map(str.isdigit, answer)) > MAX_NUMBER_DIGITS:
+        return None
     try:
         if _INT.fullmatch(answer) or _DECIMAL.fullmatch(answer):
             return Fraction(answer)

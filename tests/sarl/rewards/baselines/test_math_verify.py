@@ -150,3 +150,16 @@ def test_safe_from_a_worker_thread(real: mv.MathVerifyReward) -> None:
 def test_missing_ground_truth_is_an_error(real: mv.MathVerifyReward) -> None:
     with pytest.raises(ValueError, match="no ground truth"):
         real.score_samples([Sample("\\boxed{1}")])
+
+
+def test_numbers_past_the_digit_limit_do_not_raise(real: mv.MathVerifyReward) -> None:
+    """math-verify cannot parse a 4,400-digit answer, and the answers_equal fallback used to
+    raise on it (Python's int-string limit; issue 12)."""
+    huge = "1" + "0" * 4400
+    out = real.score_samples(
+        [
+            Sample(f"\\boxed{{{huge}}}", ground_truth="1"),
+            Sample(f"\\boxed{{{huge}}}", ground_truth=huge),
+        ]
+    )
+    assert [o.score for o in out] == [0.0, 1.0]

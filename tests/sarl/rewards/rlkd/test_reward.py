@@ -200,3 +200,22 @@ def test_settings_schema_has_no_secret_fields() -> None:
     schema = RLKDRewardSettings.model_json_schema()
     endpoint = schema["$defs"]["ChatEndpointSettings"]["properties"]
     assert "api_key_env" in endpoint and "api_key" not in endpoint
+
+
+@pytest.mark.parametrize("text", ["same \ud800 path", "\udfff", "a\ud83d\ude00b"])
+def test_lone_surrogates_are_sent_as_replacement_characters(text: str) -> None:
+    """A policy can emit lone surrogates; JSON over HTTP cannot carry them (issue 12)."""
+    steps = [{"meta_reasoning": "m1", "sub_problem": "q1", "answer": "a1"}]
+    seen: list[str] = []
+
+    def models(request: Any) -> str:
+        prompt = str(request.messages[0]["content"])
+        if "[Reasoning Path]" not in prompt:
+            return "yes"
+        seen.append(prompt)
+        return decomposition("m1/q1/a1")
+
+    with running_chat_server(models) as server:
+        out = reward(server).score_groups([[sample(text, teacher=steps)]])[0][0]
+    assert out.score == 1.0 and out.components["failed"] == 0.0
+    assert "\ufffd" in seen[0]

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sarl.rewards.rlkd import steps as steps_module
 from sarl.rewards.rlkd.steps import Step, parse_steps, steps_from_json
 
 TWO = [Step("plan A", "what is x?", "x = 3"), Step("plan B", "what is y?", "y = 1/2")]
@@ -98,3 +103,68 @@ def test_replies_without_steps_give_none(reply: str) -> None:
 def test_json_items_without_fields_are_skipped() -> None:
     payload = [{"other": 1}, "text", {"meta": "m", "question": "q", "answer": 7}]
     assert steps_from_json(payload) == [Step("m", "q", "7")]
+
+
+# --- hostile replies (issue 12): a decomposer may echo whatever the policy wrote ---
+
+
+@pytest.mark.timeout(60)  # hang guard: the old pattern backtracked cubically (800 '*': 3.8 s)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "step 1" + "*" * 5000,
+        "Step 12" + "*_`" * 2000 + " \t" * 100 + "x",
+        "### step 2" + "*" * 5000 + ":",
+        "- **step 3" + "*" * 5000 + "\n" + "[" + "*" * 5000,
+        "[Answer" + " 1" * 3000 + "*" * 3000,
+    ],
+)
+def test_emphasis_and_space_runs_are_scanned_without_backtracking(text: str) -> None:
+    assert parse_steps(text) == []
+
+
+def test_a_label_after_a_long_emphasis_run_is_still_found() -> None:
+    text = "step 1" + "*" * 3000 + " Meta-reasoning: plan A\nAnswer: x"
+    assert parse_steps(text) == [Step("plan A", "", "x")]
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000, '{"steps": ' * 50_000, "```json\n" + "[" * 100_000 + "```"]
+)
+def test_json_nested_beyond_the_recursion_limit_is_not_json(text: str) -> None:
+    assert parse_steps(text) == []
+
+
+# The label patterns as first written (backtracking runs), to check the possessive ones agree.
+_E, _L = (
+    r"[*_`]*",
+    r"(?P<label>meta[ \t_-]*reasoning|sub[ \t_-]*(?:problem|question)|question|answer)",
+)
+_I = r"(?:[ \t]*(?:\[\d+\]|\(\d+\)|\d+))?"
+BACKTRACKING = {
+    "_LINE_LABEL": re.compile(
+        rf"^[ \t>]*(?:(?:[-*+•]|\d+[.)]|\#{{1,6}})[ \t]+)?"
+        rf"(?:{_E}step[ \t]*\d+{_E}[ \t]*[-–—:.)]?[ \t]*)?"
+        rf"{_E}\[?{_E}{_L}{_I}{_E}\]?{_E}[ \t]*[:：]{_E}[ \t]*",
+        re.I | re.M,
+    ),
+    "_INLINE_LABEL": re.compile(rf"\[{_E}{_L}{_I}{_E}\]{_E}[ \t]*[:：\-–—]?[ \t]*", re.I),
+    "_STEP_HEADER": re.compile(
+        rf"^[ \t]*(?:\#{{1,6}}[ \t]*)?{_E}step[ \t]*\d+{_E}[ \t]*[:.]?{_E}[ \t]*$"
+        r"|^[ \t]*-{3,}[ \t]*$",
+        re.I | re.M,
+    ),
+}
+TOKENS = ["*", "**", "_", "`", " ", "\t", "\n", "[", "]", "(", ")", ":", "-", ".", "#", ">", "1"]
+TOKENS += ["12", "step", "Step ", "meta", "Meta-reasoning", "reasoning", "sub", "-problem"]
+TOKENS += ["question", "Answer", "answer", "x", "---", "：", "•", "Sub question"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(TOKENS), max_size=25).map("".join))
+def test_possessive_patterns_match_what_the_backtracking_ones_matched(text: str) -> None:
+    for name, old in BACKTRACKING.items():
+        new = getattr(steps_module, name)
+        assert [(m.span(), m.groupdict()) for m in new.finditer(text)] == [
+            (m.span(), m.groupdict()) for m in old.finditer(text)
+        ], name

@@ -6,16 +6,21 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sarl.rewards.structure import StructureRewardConfig
 from sarl.rewards.structure.clustering import (
+    _safe_scale,
     canonical_labels,
+    cluster_steps,
     hdbscan_labels,
     hdbscan_params,
     kmeans_bucket,
     kmeans_k,
     kmeans_labels,
     resolve_noise,
+    unit_grams,
 )
 
 KMEANS = StructureRewardConfig()
@@ -141,3 +146,35 @@ def test_noise_policy_singletons_and_nearest() -> None:
     x = np.array([[0.0], [0.1], [0.2], [5.0], [5.1], [4.0]])
     assert resolve_noise(raw, x, "singletons").tolist() == [0, 0, 2, 1, 1, 3]
     assert resolve_noise(raw, x, "nearest").tolist() == [0, 0, 0, 1, 1, 1]
+
+
+# --- rows of any finite magnitude (issue 12) ---
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(-1000, 1000), min_size=9, max_size=9),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([KMEANS, HDBSCAN]),
+)
+def test_rows_scaled_by_powers_of_two_cluster_identically(
+    exponents: list[int], seed: int, config: StructureRewardConfig
+) -> None:
+    """Squares of 1e200 overflow and of 5e-324 underflow; scaling rows by a power of two is
+    exact, so an extreme row must give bit-identical normalised Grams and the same labels."""
+    x = separated([0, 1, 2, 0, 1, 2, 0, 1, 2], seed=seed % 1000)  # (9, 64)
+    extreme = np.ldexp(x, np.array(exponents)[:, None])
+    assert np.array_equal(unit_grams([extreme]), unit_grams([x]))
+    assert cluster_steps(extreme, config).tolist() == cluster_steps(x, config).tolist()
+
+
+def test_rows_in_range_are_not_copied() -> None:
+    x = separated([0, 1, 0])
+    assert _safe_scale(x) is x
+    assert _safe_scale(x.astype(np.float32) * 1e30).max() <= 1.0
+
+
+@pytest.mark.parametrize("value", [1e200, 1.7e308, 5e-324, 1e-310])
+def test_extreme_rows_have_a_direction(value: float) -> None:
+    x = np.array([[value, 0.0], [0.0, value], [value, value / 2**40]])
+    np.testing.assert_allclose(unit_grams([x])[0], [[1, 0, 1], [0, 1, 0], [1, 0, 1]], atol=1e-9)

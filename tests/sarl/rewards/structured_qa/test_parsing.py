@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sarl.rewards.structured_qa.parsing import QAPair, ViolationKind, parse_response
+from sarl.rewards.structured_qa.parsing import (
+    QAPair,
+    Violation,
+    ViolationKind,
+    _Scan,
+    parse_response,
+)
 
 V = ViolationKind
 
@@ -234,3 +242,60 @@ def test_tags_are_exact() -> None:
         "1",
         (),
     )
+
+
+# --- hostile responses (issue 12) ---
+
+
+@pytest.mark.timeout(60)  # hang guard: closing tags used to scan the whole stack (~1e10 steps)
+def test_deeply_nested_tags_parse_in_linear_time() -> None:
+    n = 100_000
+    parsed = parse_response("<think>" + "<ask>" * n + "</reflect>" * n)
+    counts = _count(parsed.violations)
+    # the first ask is placed, the others are misplaced inside it; no reflect was ever opened;
+    # the think block and the first ask are never closed.
+    assert counts == {V.MISPLACED_TAG: n - 1, V.UNOPENED_TAG: n, V.UNCLOSED_TAG: 2}
+    assert not parsed.has_think and parsed.n_pairs == 0
+
+
+def _count(violations: tuple[Violation, ...]) -> dict[ViolationKind, int]:
+    out: dict[ViolationKind, int] = {}
+    for v in violations:
+        out[v.kind] = out.get(v.kind, 0) + 1
+    return out
+
+
+class _StackScan(_Scan):
+    """The closing-tag lookup as first written: scan the stack from the top."""
+
+    def innermost(self, name: str) -> int | None:
+        return next(
+            (i for i in range(len(self.stack) - 1, -1, -1) if self.stack[i].name == name), None
+        )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [f"<{t}>" for t in ("think", "ask", "reflect", "answer")]
+            + [f"</{t}>" for t in ("think", "ask", "reflect", "answer")]
+            + ["q?", "r", " ", "x"]
+        ),
+        max_size=40,
+    )
+)
+def test_indexed_closing_lookup_agrees_with_a_stack_scan(parts: list[str]) -> None:
+    text = "".join(parts)
+    fast, slow = _Scan(text), _StackScan(text)
+    fast.run()
+    slow.run()
+    assert (fast.violations, fast.answer, fast.has_think, fast.covered) == (
+        slow.violations,
+        slow.answer,
+        slow.has_think,
+        slow.covered,
+    )
+    assert [(c.name, c.text, c.offset, c.broken) for c in fast.think_children] == [
+        (c.name, c.text, c.offset, c.broken) for c in slow.think_children
+    ]

@@ -187,3 +187,13 @@ def test_through_the_trl_adapter(server: ChatServer) -> None:
     assert logged["structured_qa/judge_failed"] == pytest.approx(1 / 3)
     assert logged["structured_qa/r_correct"] == pytest.approx(2 / 3)
     assert all(not math.isnan(v) for v in logged.values())
+
+
+def test_lone_surrogates_reach_the_judge_as_replacement_characters(server: ChatServer) -> None:
+    """A policy can emit lone surrogates; JSON over HTTP cannot carry them (issue 12)."""
+    reward = make(server, lambda_judge=0.25)
+    text = PAPER_TRACE.replace("3 + 4 = 7 eggs.", "3 + 4 = 7 eggs \ud800.")
+    [[out]] = reward.score_groups([[Sample(text, prompt="score 1", ground_truth="18")]])
+    assert out.score == pytest.approx(1.1 + 0.25)
+    assert out.components["judge_failed"] == 0.0
+    assert "\ufffd" in server.requests[0].text

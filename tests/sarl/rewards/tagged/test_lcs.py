@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sarl.rewards.base import Sample
 from sarl.rewards.registry import create_reward, get_reward_class
+from sarl.rewards.tagged import lcs as lcs_module
 from sarl.rewards.tagged.lcs import (
+    DEFAULT_MAX_STEPS,
     TagLcsReward,
+    batched_weighted_lcs,
     group_lcs_scores,
     lcs_length,
     overlap,
@@ -166,3 +172,53 @@ def test_missing_ground_truth_is_an_error() -> None:
     reward = create_reward("tag_lcs")
     with pytest.raises(ValueError, match="sample 1 of group 0 .* has no ground truth"):
         reward.score_groups([[Sample("\\boxed{1}", ground_truth="1"), Sample("\\boxed{1}")]])
+
+
+# --- bounded work (issue 12): a batched table fill, and a cap on the steps compared ---
+
+tagged_steps = st.lists(
+    st.tuples(st.sampled_from("abc"), st.sampled_from([0.0, 1.0, 2.0, 3.5, 7.0, 1e-9, 1e9])),
+    max_size=9,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(tagged_steps, tagged_steps), max_size=6))
+def test_batched_table_fill_equals_the_scalar_dp_exactly(
+    pairs: list[tuple[list[tuple[str, float]], list[tuple[str, float]]]],
+) -> None:
+    expected = [weighted_lcs(a, b).weighted for a, b in pairs]
+    assert batched_weighted_lcs(pairs).tolist() == expected
+
+
+def _tagged(
+    n: int, answer: int, tags: tuple[str, ...] = ("verify", "summarize", "inference")
+) -> str:
+    body = "".join(f"<{tags[k % len(tags)]}> step {k} </{tags[k % len(tags)]}>" for k in range(n))
+    return f"<think>{body}</think>\\boxed{{{answer}}}"
+
+
+@pytest.mark.timeout(120)  # hang guard: uncapped, this group is 12 tables of 1e8 Python cells
+def test_only_the_first_max_steps_steps_are_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+
+    def counting(pairs: list[tuple[Any, Any]]) -> Any:
+        seen.extend(max(len(a), len(b)) for a, b in pairs)
+        return batched_weighted_lcs(pairs)
+
+    monkeypatch.setattr(lcs_module, "batched_weighted_lcs", counting)
+    reward = create_reward("tag_lcs")
+    big = [_tagged(10_000, 4), _tagged(10_000, 5), _tagged(10_000, 4), _tagged(3, 4)]
+    [out] = reward.score_groups([_group(*big)])
+    assert seen and max(seen) <= DEFAULT_MAX_STEPS == 128
+    assert [o.components["num_steps"] for o in out] == [10_000.0, 10_000.0, 10_000.0, 3.0]
+    # past the cap, a completion scores as its first max_steps steps would
+    capped = [_tagged(128, 4), _tagged(128, 5), _tagged(128, 4), _tagged(3, 4)]
+    [same] = reward.score_groups([_group(*capped)])
+    assert [o.score for o in out] == [o.score for o in same]
+
+
+def test_max_steps_is_a_setting() -> None:
+    reward = create_reward("tag_lcs", {"max_steps": 1})
+    [out] = reward.score_groups([_group(_tagged(2, 4), _tagged(2, 4, ("verify", "analogy")))])
+    assert [o.score for o in out] == pytest.approx([0.5, 0.5])  # only <verify> compared

@@ -7,8 +7,12 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sarl.rewards.tagged import maxflow as maxflow_module
 from sarl.rewards.tagged.maxflow import (
+    DEFAULT_MAX_STEPS,
     balance_quality,
     flow_graph,
     flow_quality,
@@ -170,3 +174,74 @@ def test_reward_core_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --- bounded work (issue 12) ---
+
+
+def _reference_importance(capacity: np.ndarray, scale: float = 1e6) -> tuple[float, list[float]]:
+    """ΔF as first written: one dense max-flow per intermediate node."""
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import maximum_flow
+
+    n = capacity.shape[0]
+    total = float(capacity.sum())
+    scale = min(scale, 0.5 * (2**31 - 1) / total) if total > 0 else scale
+    units = np.rint(capacity * scale).astype(np.int32)
+
+    def flow(u: np.ndarray) -> int:
+        return int(maximum_flow(csr_array(u), 0, n - 1).flow_value)
+
+    full = flow(units)
+    deltas = []
+    for k in range(1, n - 1):
+        cut = units.copy()
+        cut[k, :] = 0
+        cut[:, k] = 0
+        deltas.append((full - flow(cut)) / scale)
+    return full / scale, deltas
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 24), st.sampled_from([0.0, 0.05, 0.2]), st.integers(0, 2**32 - 1))
+def test_importance_skipping_idle_nodes_equals_one_max_flow_per_node(
+    n: int, tau: float, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    a = np.tril(rng.random((n, n)) ** 4, -1)  # (n, n) causal
+    a /= np.maximum(a.sum(axis=1, keepdims=True), 1e-9)
+    cap = flow_graph(a, tau)
+    assert node_importance(cap) == _reference_importance(cap)
+
+
+def test_only_nodes_carrying_flow_cost_a_max_flow(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = maxflow_module._max_flow
+
+    def counting(graph: object, source: int, sink: int) -> object:
+        calls.append(1)
+        return real(graph, source, sink)
+
+    monkeypatch.setattr(maxflow_module, "_max_flow", counting)
+    n = 400
+    a = np.zeros((n, n))
+    a[1 : n - 1, 0] = 0.5  # every step reads the question ...
+    a[n - 1, 1:4] = 0.2  # ... but the answer reads only steps 1-3
+    flow, deltas = node_importance(flow_graph(a, 0.05))
+    assert len(deltas) == n - 2 and flow == pytest.approx(0.6)
+    assert len(calls) == 1 + 3  # the full graph, then steps 1, 2 and 3 (the 395 others idle)
+    assert deltas[:3] == pytest.approx([0.2, 0.2, 0.2]) and not any(deltas[3:])
+
+
+def test_completions_past_max_steps_are_masked_without_the_model() -> None:
+    from sarl.rewards.base import Sample
+    from sarl.rewards.registry import create_reward
+
+    body = "".join(f"<verify> {k} " for k in range(DEFAULT_MAX_STEPS + 1))
+    reward = create_reward("tag_maxflow", {"model": "/nonexistent/never-loaded"})
+    [[out]] = reward.score_groups([[Sample(f"<think>{body}</think> 5", prompt="Q")]])
+    assert np.isnan(out.score) and out.components["truncated"] == 1.0
+    assert out.components["num_steps"] == DEFAULT_MAX_STEPS + 1
+    capped = create_reward("tag_maxflow", {"model": "/x", "max_steps": 2, "truncated_score": 0.0})
+    [[zero]] = capped.score_groups([[Sample("<think><verify>a<verify>b<verify>c</think>5")]])
+    assert zero.score == 0.0 and zero.components["truncated"] == 1.0

@@ -9,7 +9,8 @@ malformed 200 bodies are retried up to ``max_retries`` times with capped exponen
 (a numeric ``Retry-After`` is honoured, capped); other 4xx are not retried. When the attempts
 are used up :class:`ChatError` is raised: the caller decides the outcome (the RLKD reward's
 ``on_failure`` setting). Every attempt, retry, timeout and failure is counted
-(:meth:`ChatClient.stats`).
+(:meth:`ChatClient.stats`). Lone surrogates in messages are sent as U+FFFD
+(``sarl.rewards.text``): UTF-8 JSON cannot carry them.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from sarl.http.retry import (
     one_line,
     retry_after,
 )
+from sarl.rewards.text import encodable
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _MAX_BACKOFF_S = 30.0
@@ -124,7 +126,8 @@ class ChatClient:
         self._counters.bump(calls=1)
         body: dict[str, Any] = {
             "model": self.settings.model,
-            "messages": [dict(m) for m in messages],
+            # Lone surrogates (a policy can write them) cannot be encoded as UTF-8 JSON.
+            "messages": [{k: encodable(v) for k, v in m.items()} for m in messages],
             "temperature": self.settings.temperature,
         }
         if max_tokens is not None:

@@ -48,23 +48,27 @@ class Step:
 
 _THINK = re.compile(r"^\s*<think>.*?</think>", re.S | re.I)
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.S)
-_LABEL = r"(?P<label>meta[ \t_-]*reasoning|sub[ \t_-]*(?:problem|question)|question|answer)"
-_INDEX = r"(?:[ \t]*(?:\[\d+\]|\(\d+\)|\d+))?"
-_EMPH = r"[*_`]*"
+# Every run below is possessive (``*+``): each is followed by a character it cannot match, so
+# giving characters back never helps a match, and without it adjacent optional runs (emphasis,
+# spaces) split a long run of '*' in O(n^2)-O(n^3) ways before failing (issue 12).
+_LABEL = r"(?P<label>meta[ \t_-]*+reasoning|sub[ \t_-]*+(?:problem|question)|question|answer)"
+_INDEX = r"(?:[ \t]*+(?:\[\d++\]|\(\d++\)|\d++))?"
+_EMPH = r"[*_`]*+"
+_SPACE = r"[ \t]*+"
 # A label at the start of a line, followed by a colon (inside or after emphasis/bracket).
 _LINE_LABEL = re.compile(
-    rf"^[ \t>]*(?:(?:[-*+•]|\d+[.)]|\#{{1,6}})[ \t]+)?"
-    rf"(?:{_EMPH}step[ \t]*\d+{_EMPH}[ \t]*[-–—:.)]?[ \t]*)?"
-    rf"{_EMPH}\[?{_EMPH}{_LABEL}{_INDEX}{_EMPH}\]?{_EMPH}[ \t]*[:：]{_EMPH}[ \t]*",
+    rf"^[ \t>]*+(?:(?:[-*+•]|\d++[.)]|\#{{1,6}}+)[ \t]++)?"
+    rf"(?:{_EMPH}step{_SPACE}\d++{_EMPH}{_SPACE}[-–—:.)]?{_SPACE})?"
+    rf"{_EMPH}\[?{_EMPH}{_LABEL}{_INDEX}{_EMPH}\]?{_EMPH}{_SPACE}[:：]{_EMPH}{_SPACE}",
     re.I | re.M,
 )
 # A bracketed label anywhere: "[Sub-problem]: ...", "[Answer] - ...".
 _INLINE_LABEL = re.compile(
-    rf"\[{_EMPH}{_LABEL}{_INDEX}{_EMPH}\]{_EMPH}[ \t]*[:：\-–—]?[ \t]*", re.I
+    rf"\[{_EMPH}{_LABEL}{_INDEX}{_EMPH}\]{_EMPH}{_SPACE}[:：\-–—]?{_SPACE}", re.I
 )
 _STEP_HEADER = re.compile(
-    rf"^[ \t]*(?:\#{{1,6}}[ \t]*)?{_EMPH}step[ \t]*\d+{_EMPH}[ \t]*[:.]?{_EMPH}[ \t]*$"
-    r"|^[ \t]*-{3,}[ \t]*$",
+    rf"^{_SPACE}(?:\#{{1,6}}+{_SPACE})?{_EMPH}step{_SPACE}\d++{_EMPH}{_SPACE}[:.]?{_EMPH}{_SPACE}$"
+    r"|^[ \t]*+-{3,}+[ \t]*+$",
     re.I | re.M,
 )
 
@@ -99,7 +103,7 @@ def _parse_json(text: str) -> list[Step]:
     for candidate in candidates:
         try:
             payload = json.loads(candidate)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python goes
             continue
         steps = steps_from_json(payload)
         if steps:

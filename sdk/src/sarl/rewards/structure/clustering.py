@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -56,13 +57,15 @@ def unit_grams(stack: Sequence[npt.NDArray[np.floating]]) -> FloatMatrix:
     Normalising the small Gram matrix (G_ij / (|x_i| |x_j|)) instead of the (B, M, dim) input
     touches the large array once. Each Gram is one 2-D ``x @ x.T`` (BLAS syrk; numpy's stacked
     matmul falls back to a slow loop for transposed views), so a response gets bit-identical
-    entries whichever batch it is scored in. Raises ValueError naming the row for zero or
-    non-finite rows.
+    entries whichever batch it is scored in. Rows of any finite magnitude work (1e200 or
+    5e-324: see :func:`_safe_scale`). Raises ValueError naming the row for zero or non-finite
+    rows.
     """
     b, m = len(stack), (stack[0].shape[0] if len(stack) else 0)
     gram = np.empty((b, m, m))  # (B, M, M)
     for i in range(b):
-        gram[i] = stack[i] @ stack[i].T
+        x = _safe_scale(stack[i])
+        gram[i] = x @ x.T
     sq_norms = np.diagonal(gram, axis1=1, axis2=2).copy()  # (B, M)
     bad = ~np.isfinite(sq_norms) | (sq_norms <= 0.0)
     if bad.any():
@@ -73,6 +76,35 @@ def unit_grams(stack: Sequence[npt.NDArray[np.floating]]) -> FloatMatrix:
         raise ValueError("step_embeddings: contains non-finite values")
     inv = 1.0 / np.sqrt(sq_norms)  # (B, M)
     return gram * inv[:, :, None] * inv[:, None, :]
+
+
+# Rows whose largest |entry| lies within 2**±_SAFE_EXP have squared norms and dot products far
+# from overflow and underflow, in float32 (squares overflow past ~1.8e19) as in float64, even
+# summed over millions of dimensions.
+_SAFE_EXP = 40
+_Rows = TypeVar("_Rows", bound=npt.NDArray[np.floating])
+
+
+def _safe_scale(x: _Rows) -> _Rows:
+    """``x`` (M, dim) with each row of extreme magnitude multiplied by a power of two.
+
+    Clustering uses only each row's direction, so a positive factor per row changes nothing —
+    and a power of two changes no bit of the normalised Gram matrix, only where squares would
+    overflow (1e200**2 = inf) or underflow (5e-324**2 = 0). Rows already in range, every row of
+    a real embedder, are left as they are (no copy). Non-finite and zero rows are left for the
+    caller to report.
+    """
+    if x.size == 0:
+        return x
+    with np.errstate(invalid="ignore"):
+        peak = np.abs(x).max(axis=1)  # (M,)
+    _, exp = np.frexp(peak)  # peak = f * 2**exp with 0.5 <= f < 1
+    extreme = np.isfinite(peak) & (peak > 0) & (np.abs(exp) > _SAFE_EXP)
+    if not extreme.any():
+        return x
+    out = x.copy()
+    out[extreme] = np.ldexp(x[extreme], -exp[extreme, None].astype(np.int32))
+    return out
 
 
 def _kmeans_pp(d2: FloatMatrix, k: int, rng: np.random.Generator) -> IntArray:
@@ -224,6 +256,7 @@ def hdbscan_labels(embeddings: npt.ArrayLike, config: StructureRewardConfig) -> 
     if x.ndim != 2:
         raise ValueError(f"step_embeddings: expected shape (steps, dim), got {x.shape}")
     unit_grams([x])  # validates rows (zero / non-finite) with the same messages as KMeans
+    x = _safe_scale(x)
     x = x / np.linalg.norm(x, axis=1, keepdims=True)
     m = x.shape[0]
     if m <= 1:

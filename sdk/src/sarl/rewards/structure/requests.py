@@ -15,6 +15,11 @@ Without ``response``, labels/embeddings alone describe the steps (``response`` i
 needed). Giving both ``step_labels`` and ``step_embeddings`` is an error. Other fields (prompt,
 ids, answers) are ignored, so dataset rows can be scored as they are. Every problem becomes a
 :class:`RequestError` naming the field and value; one bad request never fails the others.
+
+Embedding values may be any finite float64 (|x| <= 1.8e308, 5e-324 included: clustering uses
+each row's direction and scales extreme rows safely); an integer beyond float64's range is
+refused like a non-finite number. :func:`score_isolated` scores validated requests so that one
+request failing (which validation should already prevent) is that request's failure only.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from sarl.rewards.structure.config import StructureRewardConfig
 from sarl.rewards.structure.result import StructureResult
 from sarl.rewards.structure.scorer import score_embeddings_batch, score_labels
 from sarl.rewards.structure.segmentation import Steps, extract_steps
+from sarl.rewards.text import encodable
 
 _MAX_SHOWN = 60
 
@@ -47,13 +53,26 @@ class ScoreRequest:
 
     steps: Steps | None = None
     labels: tuple[int, ...] | None = None
-    embeddings: npt.NDArray[np.float64] | None = None
+    embeddings: npt.NDArray[np.floating[Any]] | None = None
     truncated: bool = False
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    try:
+        text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    except (ValueError, RecursionError):  # an int past Python's digit limit, deep nesting
+        text = f"a {type(value).__name__}"
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def _finite(x: Any) -> bool:
+    """Whether a decoded JSON value is a number float64 holds finitely (bool is not a number)."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return False
+    try:
+        return math.isfinite(x)  # an int is converted: OverflowError past ~1.8e308
+    except OverflowError:
+        return False
 
 
 def _labels(value: Any) -> list[int]:
@@ -81,9 +100,10 @@ def _embeddings(value: Any) -> npt.NDArray[np.float64]:
             raise RequestError(f"step_embeddings[{i}]: has {len(row)} values, step 0 has {dim}")
         dim = len(row)
         for j, x in enumerate(row):
-            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+            if not _finite(x):
                 raise RequestError(
-                    f"step_embeddings[{i}][{j}]: expected a finite number, got {_show(x)}"
+                    f"step_embeddings[{i}][{j}]: expected a finite number (float64: "
+                    f"|x| <= 1.8e308), got {_show(x)}"
                 )
         if not any(row):
             raise RequestError(f"step_embeddings[{i}]: is a zero vector and cannot be normalised")
@@ -137,28 +157,79 @@ def score_requests(
     """Score validated requests in order: labels directly; text embedded in one embedder call;
     all embeddings clustered as one batch. Embedder failures propagate (the caller decides
     which requests they fail)."""
+    return _score_batch(embed_requests(requests, embedder), config)
+
+
+def embed_requests(
+    requests: Sequence[ScoreRequest], embedder: Embedder | None
+) -> list[ScoreRequest]:
+    """The requests with the steps of every text request embedded, in one embedder call; the
+    others unchanged. Embedder failures propagate: they concern every text request at once."""
     need_text = [r.steps for r in requests if r.steps is not None and r.steps.texts]
-    vectors_by_request: dict[int, npt.NDArray[Any]] = {}
-    if need_text:
-        if embedder is None:
-            raise RequestError(
-                "embedder: a response without step_labels/step_embeddings needs an embedder"
-            )
-        flat = [t for s in need_text for t in s.texts]
-        vectors = embedder.embed(flat)
-        if vectors.shape[0] != len(flat):
-            raise RequestError(
-                f"embedder returned {vectors.shape[0]} vectors for {len(flat)} steps"
-            )
-        start = 0
-        for i, r in enumerate(requests):
-            if r.steps is not None and r.steps.texts:
-                n = len(r.steps.texts)
-                vectors_by_request[i] = vectors[start : start + n]
-                start += n
-    for i, r in enumerate(requests):
-        if r.embeddings is not None:
-            vectors_by_request[i] = r.embeddings
+    if not need_text:
+        return list(requests)
+    if embedder is None:
+        raise RequestError(
+            "embedder: a response without step_labels/step_embeddings needs an embedder"
+        )
+    flat = [encodable(t) for s in need_text for t in s.texts]  # UTF-8 safe: sarl.rewards.text
+    vectors = embedder.embed(flat)
+    if vectors.shape[0] != len(flat):
+        raise RequestError(f"embedder returned {vectors.shape[0]} vectors for {len(flat)} steps")
+    out: list[ScoreRequest] = []
+    start = 0
+    for r in requests:
+        if r.steps is not None and r.steps.texts:
+            n = len(r.steps.texts)
+            out.append(ScoreRequest(embeddings=vectors[start : start + n], truncated=r.truncated))
+            start += n
+        else:
+            out.append(r)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringFailure:
+    """Why one request could not be scored; the other requests of its batch were."""
+
+    message: str
+
+
+#: What scoring one malformed request can raise (anything else is a bug and propagates).
+_ITEM_ERRORS = (ValueError, ArithmeticError, RecursionError)
+
+
+def score_isolated(
+    requests: Sequence[ScoreRequest], config: StructureRewardConfig
+) -> list[StructureResult | ScoringFailure]:
+    """Score requests without text to embed (see :func:`embed_requests`) as one batch; if the
+    batch fails, score each request alone, so a failure belongs to the request that caused it
+    and never changes another's result (a request's result never depends on its batch)."""
+    try:
+        return list(_score_batch(requests, config))
+    except _ITEM_ERRORS:
+        return [_score_alone(r, config) for r in requests]
+
+
+def _score_alone(
+    request: ScoreRequest, config: StructureRewardConfig
+) -> StructureResult | ScoringFailure:
+    try:
+        return _score_batch([request], config)[0]
+    except _ITEM_ERRORS as e:
+        return ScoringFailure(str(e) or type(e).__name__)
+
+
+def _score_batch(
+    requests: Sequence[ScoreRequest], config: StructureRewardConfig
+) -> list[StructureResult]:
+    """Score requests whose steps are embedded already: embeddings clustered as one batch."""
+    if any(r.steps is not None and r.steps.texts for r in requests):
+        # A caller's bug, not a bad request: not one of _ITEM_ERRORS, so it propagates.
+        raise RuntimeError("text requests must be embedded first (embed_requests)")
+    vectors_by_request = {
+        i: r.embeddings for i, r in enumerate(requests) if r.embeddings is not None
+    }
     order = sorted(vectors_by_request)
     clustered = dict(
         zip(

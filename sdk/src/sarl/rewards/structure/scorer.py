@@ -6,7 +6,8 @@ Public entry points, called by the CLI, the adapters (TRL, verl) and later the r
 * :func:`score_embeddings` — per-step embeddings given (clustering + map + score);
 * :class:`StructureScorer` — text in; the batch path embeds the steps of *all* responses in one
   embedder call (the embedder batches and de-duplicates requests) and clusters responses in
-  parallel worker processes.
+  parallel worker processes. Step texts reach the embedder with lone surrogates replaced
+  (``sarl.rewards.text``): text embedders encode steps as UTF-8.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sarl.rewards.structure.graph import average_path_length, build_map, cluster
 from sarl.rewards.structure.result import StructureResult
 from sarl.rewards.structure.score import structure_reward
 from sarl.rewards.structure.segmentation import Steps, extract_steps
+from sarl.rewards.text import encodable
 
 # Below this many responses a process pool costs more (start-up, pickling) than it saves.
 _MIN_PARALLEL_BATCH = 64
@@ -180,7 +182,7 @@ class StructureScorer:
     def score_batch(self, responses: Sequence[str]) -> list[StructureResult]:
         """Score many responses: one embedder call for all their steps, parallel clustering."""
         steps = [self.steps(r) for r in responses]
-        flat = [t for s in steps for t in s.texts]
+        flat = [encodable(t) for s in steps for t in s.texts]  # UTF-8 safe: see sarl.rewards.text
         vectors = self._require_embedder().embed(flat) if flat else np.zeros((0, 0), np.float32)
         return self.score_embedded(steps, vectors)
 
@@ -190,7 +192,7 @@ class StructureScorer:
         Uses the embedder's ``aembed`` when it has one; clustering runs off the event loop.
         """
         steps = [self.steps(r) for r in responses]
-        flat = [t for s in steps for t in s.texts]
+        flat = [encodable(t) for s in steps for t in s.texts]  # UTF-8 safe: see sarl.rewards.text
         embedder = self._require_embedder()
         if not flat:
             vectors = np.zeros((0, 0), np.float32)

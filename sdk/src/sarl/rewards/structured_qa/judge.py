@@ -39,6 +39,7 @@ import httpx
 from sarl.http import retry
 from sarl.http.chat import message_content
 from sarl.rewards.structured_qa.parsing import ParsedResponse, QAPair
+from sarl.rewards.text import encodable
 
 _LOG = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def _find_judgement(content: str) -> Any | None:
         for start in (i for i, ch in enumerate(text) if ch in "{["):
             try:
                 value, _ = decoder.raw_decode(text, start)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than Python goes
                 continue
             if isinstance(value, dict) and "pairs" in value:
                 return value
@@ -310,7 +311,8 @@ class ChatJudge:
             return JudgeOutcome(0.0, (), failed=False, attempts=0)
         body = {
             "model": self._model,
-            "messages": [{"role": "user", "content": prompt}],
+            # Lone surrogates (a policy can write them) cannot be encoded as UTF-8 JSON.
+            "messages": [{"role": "user", "content": encodable(prompt)}],
             "temperature": 0.0,
             "max_tokens": self._max_tokens,
         }

@@ -10,6 +10,14 @@ measures and checks answers.
 Step length is measured in characters of the stripped step text (``length_unit="chars"``) or in
 whitespace-separated words; the paper counts tokens, but every length enters only through ratios
 (ratio_k, L_lcs / L_i), which a tokenizer-free unit approximates without loading one.
+
+Cost (issue 12): a group of G completions needs G(G-1) weighted LCS tables of S_i x S_j cells.
+:func:`group_lcs_scores` fills all of them at once, one anti-diagonal of cells per numpy step
+(the cells of an anti-diagonal are independent), which gives the same values bit for bit as the
+cell-by-cell :func:`weighted_lcs`. Only the first ``max_steps`` steps of each completion (128 by
+default) are compared: past that a completion is scored on its first ``max_steps`` steps (L_i is
+their total length; the ``num_steps`` component still counts them all), so a runaway completion
+costs at most G * max_steps**2 cells per sample instead of growing with its length squared.
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from sarl.rewards.base import PerGroupReward, RewardOutput, Sample
@@ -27,6 +37,7 @@ from sarl.rewards.registry import register_reward
 from sarl.rewards.tagged.tags import parse_completion
 
 COMPONENT_KEYS = ("correct", "num_steps", "overlap_correct", "overlap_incorrect")
+DEFAULT_MAX_STEPS = 128
 
 #: The steps of one completion as ``(tag, length)`` pairs, in order.
 TaggedSteps = Sequence[tuple[str, float]]
@@ -140,11 +151,18 @@ def group_lcs_scores(steps: Sequence[TaggedSteps], correct: Sequence[bool]) -> l
 
     Edge cases: an empty group gives ``[]``; a single completion has no sibling to compare with
     (eq. 5 divides by n - 1 = 0) and scores 0.0, which is also what GRPO's group-relative
-    advantage gives it.
+    advantage gives it. Overlaps are :func:`overlap`'s, all computed in one batched table fill.
     """
     if len(steps) != len(correct):
         raise ValueError(f"got {len(steps)} step sequences for {len(correct)} correctness flags")
     n = len(steps)
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    weighted = batched_weighted_lcs([(steps[i], steps[j]) for i, j in pairs])
+    totals = [math.fsum(length for _, length in seq) for seq in steps]
+    overlaps = {
+        (i, j): (float(w) / totals[i] if totals[i] > 0 else 0.0)
+        for (i, j), w in zip(pairs, weighted, strict=True)
+    }
     out: list[LcsScore] = []
     for i in range(n):
         scores: list[float] = []
@@ -152,7 +170,7 @@ def group_lcs_scores(steps: Sequence[TaggedSteps], correct: Sequence[bool]) -> l
         for j in range(n):
             if j == i:
                 continue
-            x = overlap(steps[i], steps[j])
+            x = overlaps[(i, j)]
             scores.append(pair_score(x, correct[i], correct[j]))
             by_partner[correct[j]].append(x)
         out.append(
@@ -163,6 +181,84 @@ def group_lcs_scores(steps: Sequence[TaggedSteps], correct: Sequence[bool]) -> l
             )
         )
     return out
+
+
+def batched_weighted_lcs(
+    pairs: Sequence[tuple[TaggedSteps, TaggedSteps]],
+) -> npt.NDArray[np.float64]:
+    """L_lcs of :func:`weighted_lcs` for every ``(steps_i, steps_j)`` pair, shape (P,).
+
+    The DP of :func:`weighted_lcs` for all pairs at once, one anti-diagonal ``a + b = d`` of
+    cells per step: a cell needs only the two previous anti-diagonals, so each step is a few
+    numpy operations over (cells, pairs). Pairs are padded to the longest sequences with tags
+    that never match; a pair's answer is read on its own last anti-diagonal. The same float
+    operations in the same order as the scalar DP, so the values are identical.
+    """
+    p = len(pairs)
+    n = np.array([len(a) for a, _ in pairs], dtype=np.int64)  # (P,)
+    m = np.array([len(b) for _, b in pairs], dtype=np.int64)  # (P,)
+    result = np.zeros(p)  # (P,): 0 for pairs with an empty side
+    if p == 0 or int(n.max()) == 0 or int(m.max()) == 0:
+        return result
+    big_n, big_m = int(n.max()), int(m.max())
+    # Steps along the first axis so that an anti-diagonal's cells are contiguous rows.
+    ti, li = np.full((big_n, p), -1, np.int32), np.zeros((big_n, p))  # (N, P), padded
+    tj, lj = np.full((big_m, p), -2, np.int32), np.zeros((big_m, p))  # (M, P), padded
+    vocab: dict[str, int] = {}
+    for k, (a, b) in enumerate(pairs):
+        ti[: len(a), k] = [vocab.setdefault(t, len(vocab)) for t, _ in a]
+        li[: len(a), k] = [length for _, length in a]
+        tj[: len(b), k] = [vocab.setdefault(t, len(vocab)) for t, _ in b]
+        lj[: len(b), k] = [length for _, length in b]
+    tj, lj = tj[::-1], lj[::-1]  # reversed: an anti-diagonal's j-steps are a plain slice
+    ends = {int(d): np.flatnonzero((n + m == d) & (n > 0) & (m > 0)) for d in np.unique(n + m)}
+    # Three rotating anti-diagonals (d, d-1, d-2) indexed by a, i.e. cell (a, d - a): counts and
+    # weights. Row 0 (a = 0) is never written and stays 0 (the empty prefix of i).
+    counts = [np.zeros((big_n + 1, p), np.int32) for _ in range(3)]
+    weights = [np.zeros((big_n + 1, p)) for _ in range(3)]
+    for d in range(2, big_n + big_m + 1):
+        c0, w0 = counts[d % 3], weights[d % 3]
+        c1, w1 = counts[(d - 1) % 3], weights[(d - 1) % 3]
+        c2, w2 = counts[(d - 2) % 3], weights[(d - 2) % 3]
+        lo, hi = max(1, d - big_m), min(big_n, d - 1)  # cells with 1 <= a <= N, 1 <= b <= M
+        c0[lo : hi + 1], w0[lo : hi + 1] = _diagonal_cells(
+            (c1[lo - 1 : hi], w1[lo - 1 : hi]),  # up: (a-1, b)
+            (c1[lo : hi + 1], w1[lo : hi + 1]),  # left: (a, b-1)
+            (c2[lo - 1 : hi], w2[lo - 1 : hi]),  # diagonal: (a-1, b-1)
+            (ti[lo - 1 : hi], li[lo - 1 : hi]),  # step a of i
+            (tj[big_m - d + lo : big_m - d + hi + 1], lj[big_m - d + lo : big_m - d + hi + 1]),
+        )
+        if d <= big_n:  # cell (d, 0): the empty prefix of j, read by the next two diagonals
+            c0[d], w0[d] = 0, 0.0
+        done = ends.get(d)
+        if done is not None and done.size:
+            result[done] = w0[n[done], done]
+    return result
+
+
+_Cells = tuple[npt.NDArray[np.int32], npt.NDArray[np.float64]]
+
+
+def _diagonal_cells(
+    up: _Cells, left: _Cells, diag: _Cells, step_i: _Cells, step_j: _Cells
+) -> _Cells:
+    """(matches, L_lcs) of one anti-diagonal's cells, each (cells, P): the recurrence of
+    :func:`weighted_lcs` (up wins ties with left; the diagonal only when strictly better)."""
+    take_up = (up[0] > left[0]) | ((up[0] == left[0]) & (up[1] >= left[1]))
+    count, weight = np.where(take_up, up[0], left[0]), np.where(take_up, up[1], left[1])
+    match = step_i[0] == step_j[0]
+    if not match.any():
+        return count, weight
+    len_i, len_j = step_i[1], step_j[1]
+    with np.errstate(divide="ignore", invalid="ignore"):  # the branch not taken may divide by 0
+        ratio = np.where(
+            len_i > len_j,
+            len_j / (2.0 * len_i),
+            np.where(len_j == 0, 0.5, 1.0 - len_i / (2.0 * len_j)),
+        )  # suppression_ratio, elementwise
+    d_count, d_weight = diag[0] + 1, diag[1] + ratio * len_i
+    take = match & ((d_count > count) | ((d_count == count) & (d_weight > weight)))
+    return np.where(take, d_count, count), np.where(take, d_weight, weight)
 
 
 def _mean(values: list[float]) -> float:
@@ -177,6 +273,13 @@ class TagLcsSettings(BaseModel):
     length_unit: Literal["chars", "words"] = Field(
         default="chars", description="Unit of step length: characters or whitespace words."
     )
+    max_steps: int = Field(
+        default=DEFAULT_MAX_STEPS,
+        ge=1,
+        description="Steps of each completion compared (the first ones); bounds the work per "
+        "sample to group size x max_steps^2 LCS cells. Longer completions are scored on their "
+        "first max_steps steps.",
+    )
 
 
 @register_reward
@@ -185,7 +288,9 @@ class TagLcsReward(PerGroupReward):
 
     A completion is correct when its last ``\\boxed{}`` answer equals ``Sample.ground_truth``
     (reduced to its own boxed answer if it has one) under ``answers_equal``; a sample without a
-    ground truth is an error, as in the ``ground_truth`` reward.
+    ground truth is an error, as in the ``ground_truth`` reward. Only the first
+    ``settings.max_steps`` steps of a completion enter eqs. (4)–(5) (module docstring);
+    ``num_steps`` counts all of them.
     """
 
     name = "tag_lcs"
@@ -200,6 +305,8 @@ class TagLcsReward(PerGroupReward):
     def score_group(self, group: Sequence[Sample], index: int) -> list[RewardOutput]:
         steps = [self._steps(sample.response) for sample in group]
         correct = [_is_correct(sample, (index, i)) for i, sample in enumerate(group)]
+        cap = self._settings.max_steps
+        scores = group_lcs_scores([seq[:cap] for seq in steps], correct)
         return [
             RewardOutput(
                 result.score,
@@ -210,9 +317,7 @@ class TagLcsReward(PerGroupReward):
                     "overlap_incorrect": result.overlap_incorrect,
                 },
             )
-            for result, ok, seq in zip(
-                group_lcs_scores(steps, correct), correct, steps, strict=True
-            )
+            for result, ok, seq in zip(scores, correct, steps, strict=True)
         ]
 
     def _steps(self, response: str) -> list[tuple[str, float]]:

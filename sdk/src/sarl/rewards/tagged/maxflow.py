@@ -9,7 +9,9 @@ Imported lazily by ``sarl.rewards.registry``; used by the adapters. Three layers
   eq. (2) matrix of its nodes. torch and transformers are imported inside it, so the reward core
   never imports torch.
 * :class:`TagMaxFlowReward`: loads the model once, on first use, and scores each completion by Q.
-  Truncated completions are masked (A.7).
+  Truncated completions are masked (A.7), and so are completions with more than ``max_steps``
+  tagged steps (default 256): ΔF costs one max-flow per step that carries flow, each over a
+  graph of up to n^2 edges, so a runaway completion must not stall the batch (issue 12).
 
 Nodes (§3.2 step 2): node 1 is the question (the whole prompt text the model saw), then the tagged
 steps of the reasoning, and node n is the answer (the text after ``</think>``). Without an answer
@@ -32,8 +34,10 @@ from scipy.sparse.csgraph import maximum_flow  # type: ignore[import-untyped]
 from sarl.rewards.base import Reward, RewardOutput, Sample
 from sarl.rewards.registry import register_reward
 from sarl.rewards.tagged.tags import ParsedCompletion, parse_completion
+from sarl.rewards.text import encodable
 
 COMPONENT_KEYS = ("quality", "flow", "num_steps", "num_edges", "truncated")
+DEFAULT_MAX_STEPS = 256
 # scipy's maximum_flow casts capacities to 32-bit integers and silently wraps larger ones.
 _INT32_MAX = 2**31 - 1
 
@@ -131,8 +135,9 @@ def flow_graph(attention: np.ndarray, tau: float) -> np.ndarray:
     return cap
 
 
-def _max_flow_units(units: np.ndarray, source: int, sink: int) -> int:
-    return int(maximum_flow(csr_array(units), source, sink).flow_value)
+def _max_flow(graph: Any, source: int, sink: int) -> Any:
+    """scipy's max-flow result (``flow_value``, ``flow``) of an int32 CSR capacity graph."""
+    return maximum_flow(graph, source, sink)
 
 
 def node_importance(capacity: np.ndarray, scale: float = 1e6) -> tuple[float, list[float]]:
@@ -143,21 +148,30 @@ def node_importance(capacity: np.ndarray, scale: float = 1e6) -> tuple[float, li
     ``1/scale`` (1e-6 by default; F is off by at most ``edges / (2 * scale)``). ``scale`` is
     lowered when needed to keep the total capacity below 2**30 units, clear of int32 overflow.
     ΔF is taken in those integer units, so it is exactly >= 0 (removing a node never adds flow).
+
+    Work (issue 12): a node that carries no flow in the maximum flow found has ΔF_k = 0 exactly
+    (that flow avoids k, so it is feasible without k: F_{-k} >= F), so only nodes that carry
+    flow cost a max-flow each, on one CSR graph built once. At most n - 1 max-flows.
     """
     n = capacity.shape[0]
     if n < 2:
         return 0.0, []
     total = float(capacity.sum())
     scale = min(scale, 0.5 * _INT32_MAX / total) if total > 0 else scale
-    units = np.rint(capacity * scale).astype(np.int32)  # (n, n)
-    full = _max_flow_units(units, 0, n - 1)
+    graph = csr_array(np.rint(capacity * scale).astype(np.int32))  # (n, n), built once
+    full = _max_flow(graph, 0, n - 1)
+    flow = int(full.flow_value)
+    through = np.asarray(full.flow.maximum(0).sum(axis=0)).ravel()  # (n,): inflow of each node
+    rows = np.repeat(np.arange(n), np.diff(graph.indptr))  # (edges,): tail of each stored edge
     deltas: list[float] = []
     for k in range(1, n - 1):
-        cut = units.copy()
-        cut[k, :] = 0
-        cut[:, k] = 0
-        deltas.append((full - _max_flow_units(cut, 0, n - 1)) / scale)
-    return full / scale, deltas
+        if through[k] == 0:
+            deltas.append(0.0)
+            continue
+        cut = graph.copy()
+        cut.data[(rows == k) | (cut.indices == k)] = 0  # node k removed: no edge in or out
+        deltas.append((flow - int(_max_flow(cut, 0, n - 1).flow_value)) / scale)
+    return flow / scale, deltas
 
 
 def balance_quality(importance: Sequence[float], top_share: float = 0.25) -> float:
@@ -221,7 +235,7 @@ def step_attention(
 
     parsed = parse_completion(completion) if parsed is None else parsed
     enc = tokenizer(
-        prompt + completion,
+        encodable(prompt + completion),  # tokenizers encode UTF-8: no lone surrogates
         return_offsets_mapping=True,
         add_special_tokens=False,
         return_tensors="pt",
@@ -306,6 +320,13 @@ class TagMaxFlowSettings(BaseModel):
         description="Score of a truncated completion. None gives NaN: the TRL adapter then leaves "
         "the reward out for that sample (A.7 masking). verl needs a number, e.g. 0.0.",
     )
+    max_steps: int = Field(
+        default=DEFAULT_MAX_STEPS,
+        ge=1,
+        description="Completions with more tagged steps are masked like truncated ones "
+        "(truncated_score, component truncated = 1) without running the model: ΔF needs up to "
+        "one max-flow per step.",
+    )
 
 
 @register_reward
@@ -314,7 +335,11 @@ class TagMaxFlowReward(Reward):
 
     Pass ``model`` and ``tokenizer`` to reuse loaded ones; otherwise they are loaded from
     ``settings.model`` on the first score, once per reward (eager attention, ``settings.dtype``,
-    on ``settings.device``).
+    on ``settings.device``). A completion that is truncated (``Sample.extra['truncated']``, or
+    ``max_completion_tokens`` reached) or has more than ``settings.max_steps`` tagged steps is
+    masked: it scores ``truncated_score`` (NaN by default) with component ``truncated`` = 1.
+    The forward pass costs what the policy's own forward pass on that text costs; set
+    ``max_completion_tokens`` to the trainer's limit so longer texts never reach the model.
     """
 
     name = "tag_maxflow"
@@ -337,7 +362,7 @@ class TagMaxFlowReward(Reward):
         s = self._settings
         parsed = parse_completion(sample.response)
         steps = float(len(parsed.steps))
-        if self._truncated(sample):
+        if len(parsed.steps) > s.max_steps or self._truncated(sample):
             score = math.nan if s.truncated_score is None else s.truncated_score
             return RewardOutput(score, _components(math.nan, math.nan, steps, math.nan, 1.0))
         nodes = len(node_char_spans(sample.prompt, sample.response, parsed))
@@ -359,7 +384,7 @@ class TagMaxFlowReward(Reward):
         if limit is None:
             return False
         _, tokenizer = self._load()
-        ids = tokenizer(sample.response, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(encodable(sample.response), add_special_tokens=False)["input_ids"]
         return len(ids) >= limit
 
     def _load(self) -> tuple[Any, Any]:
