@@ -136,7 +136,7 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     from accelerate import PartialState
     from datasets import Dataset
 
-    from sarl.integrations.trl import bind_policy, make_trl_reward
+    from sarl.integrations.trl import bind_trainer, make_trl_reward
     from sarl.runner.trl_config import trainer_classes, training_args
     from sarl_jobs.data import problems
 
@@ -173,7 +173,7 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
         args=args,
         train_dataset=dataset,
     )
-    bind_policy(rewards, trainer)  # embedder.kind 'policy': steps embedded by this policy
+    bind_trainer(rewards, trainer)  # the policy (embedder.kind 'policy') and its stop token ids
     store = StoreSettings.resolve(exp, os.environ)
     trainer.add_callback(_upload_callback(store))
     # Every node needs the files; one process per node downloads, the others wait for it.

@@ -59,7 +59,10 @@ from sarl.integrations.verl.overrides import (  # noqa: E402
     parse_score_options,
     verl_reward_overrides,
 )
-from sarl.integrations.verl.reward_manager import SarlRewardManager  # noqa: E402
+from sarl.integrations.verl.reward_manager import (  # noqa: E402
+    SarlRewardManager,
+    response_truncated,
+)
 from sarl.rewards.base import Reward, RewardOutput, Sample  # noqa: E402
 from sarl.rewards.registry import RewardConfigError, register_reward  # noqa: E402
 from sarl.rewards.structure.reward import (  # noqa: E402
@@ -708,6 +711,94 @@ def test_reward_manager_per_sample_reward_is_batched_not_grouped(
     scores = assert_only_at_last_token(reward_tensor, data)
     assert scores.tolist() == pytest.approx([o.score for o in expected])
     assert list(extra) == ["score", *COMPONENT_KEYS, FAILED_KEY]
+
+
+# --- truncation (tagged-reasoning A.7: tag_maxflow masks truncated completions) -----------------
+
+
+@pytest.mark.parametrize(
+    ("row", "valid", "truncated"),
+    [
+        ([5, 6, 7, 0], 3, False),  # ended with room left (verl pads after it)
+        ([5, 6, 7, 8], 4, True),  # fills the buffer without an end token
+        ([5, 6, 7, 1], 4, False),  # EOS exactly at the limit
+        ([5, 6, 7, 0], 4, False),  # the pad id counts as an end token, as in TRL
+        ([0, 0, 0, 0], 0, False),
+    ],
+)
+def test_response_truncated(row: list[int], valid: int, truncated: bool) -> None:
+    assert response_truncated(torch.tensor(row), valid, {1, 0}) is truncated
+
+
+def truncation_data(tokenizer: Any) -> DataProto:
+    """Three responses in a 6-token buffer: short with EOS, cut (no EOS), EOS at the limit."""
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    rows = [
+        [*tokenizer.encode("done"), eos, pad],
+        tokenizer.encode("cutcut"),
+        [*tokenizer.encode("full!"), eos],
+    ]
+    valid = [5, 6, 6]
+    prompt = tokenizer.encode("q?")
+    prompts_t, responses_t = torch.tensor([prompt] * 3), torch.tensor(rows)  # (3, 2), (3, 6)
+    mask = torch.tensor([[1] * len(prompt) + [1] * v + [0] * (6 - v) for v in valid])
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts_t,
+            "responses": responses_t,
+            "input_ids": torch.cat([prompts_t, responses_t], dim=1),
+            "attention_mask": mask,  # (3, 8)
+        },
+        non_tensors={
+            "data_source": np.array(["toy"] * 3, dtype=object),
+            "reward_model": np.array([{"ground_truth": "7"}] * 3, dtype=object),
+            "extra_info": np.array([{"index": i} for i in range(3)], dtype=object),
+            "uid": np.array(["a", "b", "c"], dtype=object),
+        },
+    )
+
+
+def test_tag_maxflow_masks_what_the_reward_manager_flags_through_verl(
+    tokenizer_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Untagged responses: an untruncated one scores Q = 0 without the model, a truncated one
+    # gets truncated_score (a number: verl cannot leave a sample out of the loss).
+    settings = {"model": "never-loaded", "truncated_score": -1.0}
+    cfg = verl_config(
+        [
+            *verl_reward_overrides("tag_maxflow", settings, group=True),
+            f"actor_rollout_ref.model.path={tokenizer_dir}",
+        ]
+    )
+    data = truncation_data(_tokenizer(tokenizer_dir))
+    manager = _manager(cfg, tokenizer_dir)
+    flags = [manager.decode_sample(data[i]).extra["truncated"] for i in range(3)]
+    assert flags == [False, True, False]
+
+    _, out = run_reward_loop(cfg, data, monkeypatch)
+
+    reward_tensor, extra = extract_reward(out)
+    assert assert_only_at_last_token(reward_tensor, data).tolist() == [0.0, -1.0, 0.0]
+    assert list(extra["truncated"]) == [0.0, 1.0, 0.0]
+
+
+def test_a_nan_masked_score_names_the_fix_on_verl(tokenizer_dir: Path) -> None:
+    settings = {"model": "never-loaded"}  # truncated_score None: NaN, which verl cannot take
+    cfg = verl_config(
+        [
+            *verl_reward_overrides("tag_maxflow", settings, group=True),
+            f"actor_rollout_ref.model.path={tokenizer_dir}",
+        ]
+    )
+    manager = _manager(cfg, tokenizer_dir)
+    data = truncation_data(manager.tokenizer)
+    with pytest.raises(RewardScoringError, match="numeric truncated_score"):
+        asyncio.run(manager.run_single(data[1:2]))
+
+
+def test_overrides_refuse_a_truncation_masking_reward_on_the_text_only_path() -> None:
+    with pytest.raises(RewardConfigError, match="masks truncated completions.*group=True"):
+        verl_reward_overrides("tag_maxflow", {"model": "m", "truncated_score": 0.0}, group=False)
 
 
 def _manager(cfg: DictConfig, tokenizer_dir: Path) -> SarlRewardManager:

@@ -121,6 +121,34 @@ def test_group_reward_goes_to_the_reward_manager() -> None:
     assert cfg.actor_rollout_ref.rollout.val_kwargs.n == exp.spec.algorithm.rollouts_per_prompt
 
 
+def maxflow_experiment(**settings: object) -> Experiment:
+    reward = {"name": "tag_maxflow", "settings": {"model": "some/model", **settings}}
+    return Experiment.model_validate(
+        {
+            "metadata": {"name": "job"},
+            "spec": {"preset": "local-grpo-arithmetic", "reward": [reward]},
+        }
+    )
+
+
+def test_a_truncation_masking_reward_goes_to_the_reward_manager() -> None:
+    # Only the manager sees the response tokens that tell a truncated response (A.7).
+    from sarl.integrations.verl.reward_manager import SarlRewardManager
+
+    exp = maxflow_experiment(truncated_score=0.0)
+    cfg = compose_verl(overrides_for(exp))
+    assert resolve_reward_manager_cls(cfg) is SarlRewardManager
+    assert cfg.reward.reward_kwargs.sarl.reward == "tag_maxflow"
+    assert "group_size" not in cfg.reward.reward_kwargs.sarl  # a per-sample reward
+    assert cfg.actor_rollout_ref.rollout.val_kwargs.n == exp.spec.evaluation.k
+
+
+def test_masking_by_nan_is_refused_on_verl_naming_the_field() -> None:
+    # verl has no loss mask for truncated responses and takes finite rewards only.
+    with pytest.raises(ValueError, match=r"settings\.truncated_score.*TRL backend"):
+        overrides_for(maxflow_experiment())
+
+
 def test_tracking_and_storage_settings_reach_their_readers(tmp_path: os.PathLike[str]) -> None:
     exp = Experiment.model_validate(
         {

@@ -2,12 +2,12 @@
 
 Called by user training scripts and the TRL job entrypoint::
 
-    from sarl.integrations.trl import bind_policy, make_trl_reward
+    from sarl.integrations.trl import bind_trainer, make_trl_reward
 
     embedder = {"kind": "openai", "url": "http://embedder:8000", "model": "all-MiniLM-L6-v2"}
     reward = make_trl_reward("structure", {"embedder": embedder})
     trainer = GRPOTrainer(model=..., reward_funcs=[accuracy_reward, reward], ...)
-    bind_policy([reward], trainer)  # needed only for embedder kind "policy"; harmless otherwise
+    bind_trainer([reward], trainer)  # the policy (embedder kind "policy") and the stop token ids
 
 What TRL passes, checked against TRL 1.16 (``_calculate_rewards`` in ``trl/trainer/grpo_trainer.py``
 and ``rloo_trainer.py``, identical in both): keyword arguments ``prompts``, ``completions`` and
@@ -46,17 +46,26 @@ What this adapter does with them:
 * Other inputs: a dataset column ``ground_truth`` fills ``Sample.ground_truth``; the remaining
   columns are in ``Sample.extra`` (with ``prompt_messages`` for conversational prompts).
   ``trainer_state`` is not used.
+* Truncation: TRL does not tell reward functions which completions were cut at
+  ``max_completion_length``; it decides it from the token ids, ``ids[-1] not in [*eos_token_ids,
+  pad_token_id]`` (``GRPOTrainer._generate_and_score_completions``, the ``clipped_ratio`` metric
+  and ``mask_truncated_completions``). Once :func:`bind_trainer` has given the function those stop
+  ids, ``Sample.extra["truncated"]`` is that flag for every completion. A reward with
+  ``masks_truncated`` (``tag_maxflow``, tagged-reasoning A.7) called without them logs one
+  warning and falls back to its own rule (``max_completion_tokens``).
 * Policy embeddings (``embedder.kind: policy``, SARL v1 A.1 Implementation A): when the reward's
   embedder is a :class:`~sarl.embedding.policy.PolicyEmbedder`, the batch is scored inside
   :func:`policy_batch`, which embeds every step of every completion from ``completion_ids`` with
   the trainer's policy before the reward asks for the vectors. The policy reaches the embedder
-  through :func:`bind_policy`, called once after the trainer is built (the local runner does;
-  the TRL cluster job does the same with one line after building its trainer).
+  through :func:`bind_policy` (part of :func:`bind_trainer`), called once after the trainer is
+  built (the local runner does; the TRL cluster job does the same with one line after building
+  its trainer).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -72,6 +81,8 @@ Message = Mapping[str, Any]
 Turn = str | Sequence[Message]
 LogMetric = Callable[[str, float], None]
 
+_LOG = logging.getLogger(__name__)
+
 # Keyword arguments TRL adds that are not dataset columns.
 _TRL_CONTROL_KWARGS = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
 # Fields in which TRL's response parsing (transformers ``parse_response``) puts the reasoning.
@@ -81,11 +92,21 @@ _REASONING_FIELDS = ("reasoning_content", "thinking")
 class TRLRewardFunc:
     """A sarl reward as a TRL reward function; ``__name__`` is ``sarl_<reward name>``."""
 
-    def __init__(self, reward: Reward, *, num_generations: int | None = None) -> None:
+    def __init__(
+        self,
+        reward: Reward,
+        *,
+        num_generations: int | None = None,
+        stop_token_ids: Iterable[int] | None = None,
+    ) -> None:
         if num_generations is not None and num_generations < 1:
             raise ValueError(f"num_generations: must be >= 1, got {num_generations}")
         self.reward = reward
         self.num_generations = num_generations
+        #: Ids that end a completion (EOS and pad); set by :func:`bind_trainer`. With them and
+        #: ``completion_ids``, ``Sample.extra["truncated"]`` is TRL's truncation flag.
+        self.stop_token_ids = None if stop_token_ids is None else frozenset(stop_token_ids)
+        self._warned_truncation = False
         # TRL names the reward's metrics (rewards/<name>/mean) after the callable's __name__.
         self.__name__ = f"sarl_{reward.name}"
         self._think_tags = (
@@ -111,6 +132,9 @@ class TRLRewardFunc:
                 f"{self.__name__}: got {len(prompts)} prompts for {len(completions)} completions"
             )
         columns = dataset_columns(kwargs, len(completions))
+        truncated = self._truncation(completion_ids, len(completions))
+        if truncated is not None:
+            columns = {**columns, "truncated": truncated}
         samples = [
             _sample(prompts[i], completion_text(completions[i], *self._think_tags), i, columns)
             for i in range(len(completions))
@@ -122,6 +146,26 @@ class TRLRewardFunc:
         if log_metric is not None:
             log_component_means(outputs, self.reward, log_metric)
         return [None if math.isnan(o.score) else float(o.score) for o in outputs]
+
+    def _truncation(
+        self, completion_ids: Sequence[Sequence[int]] | None, n: int
+    ) -> list[bool] | None:
+        """TRL's truncation flag per completion, or None when it cannot be decided here."""
+        if self.stop_token_ids is None or completion_ids is None:
+            if self.reward.masks_truncated and not self._warned_truncation:
+                self._warned_truncation = True
+                _LOG.warning(
+                    "reward %r masks truncated completions, but %s; it can only use its own "
+                    "max_completion_tokens (call sarl.integrations.trl.bind_trainer)",
+                    self.reward.name,
+                    "no completion_ids were passed"
+                    if completion_ids is None
+                    else "the trainer's stop token ids are not bound",
+                )
+            return None
+        if len(completion_ids) != n:
+            raise ValueError(f"{self.__name__}: got {len(completion_ids)} completion_ids for {n}")
+        return [truncated(ids, self.stop_token_ids) for ids in completion_ids]
 
     def _score(self, groups: list[list[Sample]]) -> list[RewardOutput]:
         scored = self.reward.score_groups(groups)
@@ -185,6 +229,36 @@ def bind_policy(rewards: Iterable[Reward | TRLRewardFunc], trainer: Any) -> int:
             embedder.bind_trainer(trainer)
             bound += 1
     return bound
+
+
+def truncated(ids: Sequence[int], stop_token_ids: frozenset[int]) -> bool:
+    """TRL 1.16's rule: a completion whose last token is neither an EOS nor the pad token was
+    cut at ``max_completion_length`` (an empty one was not)."""
+    return bool(ids) and int(ids[-1]) not in stop_token_ids
+
+
+def trainer_stop_token_ids(trainer: Any) -> frozenset[int]:
+    """The ids TRL's trainer takes as a completion's end: ``trainer.eos_token_ids`` (the
+    tokenizer's EOS plus the generation config's) and the tokenizer's pad id."""
+    processing = trainer.processing_class
+    tokenizer = getattr(processing, "tokenizer", processing)  # a processor wraps its tokenizer
+    eos = getattr(trainer, "eos_token_ids", None) or [tokenizer.eos_token_id]
+    return frozenset(int(i) for i in [*eos, tokenizer.pad_token_id] if i is not None)
+
+
+def bind_trainer(rewards: Iterable[Reward | TRLRewardFunc], trainer: Any) -> None:
+    """Give the rewards what only the built trainer knows; call once, after building it.
+
+    Policy embedders get the trainer's policy (:func:`bind_policy`), and every
+    :class:`TRLRewardFunc` gets the trainer's stop token ids, so each batch's
+    ``Sample.extra["truncated"]`` is the flag TRL itself masks with. Other functions are skipped.
+    """
+    rewards = list(rewards)
+    bind_policy(rewards, trainer)
+    stop = trainer_stop_token_ids(trainer)
+    for reward in rewards:
+        if isinstance(reward, TRLRewardFunc):
+            reward.stop_token_ids = stop
 
 
 def policy_batch(

@@ -43,6 +43,10 @@ class Reward(ABC):
     Settings: ClassVar[type[BaseModel]]
     #: True when a sample's score depends on its siblings (the adapters must keep groups whole).
     needs_group: ClassVar[bool] = False
+    #: True when the reward masks truncated completions (tagged-reasoning A.7): the adapters then
+    #: set ``Sample.extra["truncated"]`` from the token ids, and trainers that can also leave
+    #: those completions out of the loss (TRL's ``mask_truncated_completions``; verl cannot).
+    masks_truncated: ClassVar[bool] = False
     #: Keys of ``RewardOutput.components``, fixed for this reward.
     components: ClassVar[tuple[str, ...]] = ()
 

@@ -149,7 +149,7 @@ class LocalSession:
     def _trainer(self, model: Any, tokenizer: Any, problems: list[Any]) -> tuple[Any, Any]:
         from datasets import Dataset
 
-        from sarl.integrations.trl import bind_policy, make_trl_reward
+        from sarl.integrations.trl import bind_trainer, make_trl_reward
         from sarl.runner.recorder import BatchRecord, recording
         from sarl.runner.trl_config import trainer_classes, training_args
 
@@ -162,10 +162,11 @@ class LocalSession:
             }
         )
         record = BatchRecord()
-        funcs: list[Any] = [
+        trl_funcs = [
             make_trl_reward(reward=r, num_generations=spec.algorithm.rollouts_per_prompt)
             for r, _ in self.rewards
         ]
+        funcs: list[Any] = list(trl_funcs)
         funcs[0] = recording(funcs[0], record)  # the first one records the batch for logging
         config_cls, trainer_cls = trainer_classes(spec.algorithm.name)
         args = training_args(
@@ -182,8 +183,9 @@ class LocalSession:
             train_dataset=dataset,
             processing_class=tokenizer,
         )
-        # embedder.kind 'policy' embeds steps with the policy TRL trains (SARL v1 A.1, A).
-        bind_policy([r for r, _ in self.rewards], trainer)
+        # embedder.kind 'policy' embeds steps with the policy TRL trains (SARL v1 A.1, A); the
+        # stop token ids give rewards TRL's truncation flag (tag_maxflow masks truncated ones).
+        bind_trainer(trl_funcs, trainer)
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         # Both print every logged value each step; sarl logs them to MLflow instead.

@@ -12,6 +12,12 @@ Called by ``sarl.runner.session``. The mapping, one field at a time:
   ``num_train_epochs``; ``max_steps``; ``seed``; ``entropy_coef`` (GRPO only).
 * Saving is driven by sarl's checkpoint callback (``save_strategy="no"`` here), logging by its
   MLflow callback (``report_to="none"``).
+* ``mask_truncated_completions`` is on exactly when a reward term ``masks_truncated``
+  (``tag_maxflow``): tagged-reasoning A.7 masks truncated completions from the gradient as well
+  as from that reward, and TRL's switch is that loss mask (its truncation rule is the one the
+  adapter gives the reward, ``sarl.integrations.trl.bind_trainer``). It is not a spec field: no
+  other reward here asks for it, and the switch drops a truncated completion's gradient for
+  *every* reward term of the run.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sarl.rewards.registry import get_reward_class
 from sarl.spec.experiment import Experiment
 
 
@@ -67,4 +74,11 @@ def training_args(
     }
     if algo.entropy_coef and "entropy_coef" in config_cls.__dataclass_fields__:
         kwargs["entropy_coef"] = algo.entropy_coef
+    if masks_truncated(exp):
+        kwargs["mask_truncated_completions"] = True  # GRPOConfig and RLOOConfig both have it
     return config_cls(**kwargs)
+
+
+def masks_truncated(exp: Experiment) -> bool:
+    """Whether a reward term of the spec masks truncated completions (see the docstring)."""
+    return any(get_reward_class(term.name).masks_truncated for term in exp.spec.reward)

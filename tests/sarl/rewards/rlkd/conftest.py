@@ -30,6 +30,18 @@ def decomposition(*triples: str) -> str:
     return "\n\n".join(parts)
 
 
+def reference_decomposition(labels: tuple[str, str, str], *triples: str) -> str:
+    """A reply in the RLKD reference code's layout (``[<label> N]: ...``, a ``[Response]:``
+    header, the ``.-`` trailer of its examples and the ``</answer>`` its GSRM was trained to end
+    with), e.g. ``labels=("Meat-reasoning", "Sub-problem", "Answer")``."""
+    meta, question, answer = labels
+    parts = []
+    for i, triple in enumerate(triples, 1):
+        m, q, a = triple.split("/")
+        parts.append(f"[{meta} {i}]: {m}.-  \n[{question} {i}]: {q}  \n[{answer} {i}]: {a}  ")
+    return "[Response]:\n" + "\n\n".join(parts) + "\n</answer>\n"
+
+
 class ScriptedModels:
     def __init__(self) -> None:
         self.paths: dict[str, list[Any]] = {}  # path -> replies in turn (last one repeats)

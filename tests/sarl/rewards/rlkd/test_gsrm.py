@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from sarl.rewards.rlkd.chat import ChatClient, ChatEndpointSettings
-from sarl.rewards.rlkd.gsrm import GSRM, VerdictError, load_prompt, parse_verdict
+from sarl.rewards.rlkd.gsrm import (
+    GSRM,
+    DecompositionError,
+    VerdictError,
+    load_prompt,
+    parse_verdict,
+)
 from sarl.rewards.rlkd.steps import Step
 from sarl.testing.chat_server import ChatServer
 from tests.sarl.rewards.rlkd.conftest import ScriptedModels, decomposition
@@ -77,6 +83,28 @@ def test_no_steps_after_all_retries_gives_an_empty_decomposition(
     g = gsrm(server, parse_retries=2)
     assert g.decompose("path") == []
     assert len(server.requests) == 3 and g.stats().empty_decompositions == 3
+
+
+NO_META = "[Rationale 1]: plan\n[Sub-problem 1]: q1\n[Answer 1]: a1"  # meta label unknown
+
+
+def test_steps_without_any_meta_reasoning_are_reasked_then_raise(
+    server: ChatServer, models: ScriptedModels
+) -> None:
+    # Sub-problems and answers but never a meta-reasoning: Algorithm 1 would exit at the first
+    # meta match of every sample (r = 0 everywhere) with nothing failing; it is an error.
+    models.decompose("path", NO_META)
+    g = gsrm(server, parse_retries=1)
+    with pytest.raises(DecompositionError, match="no meta-reasoning field.*Rationale 1"):
+        g.decompose("path")
+    assert len(server.requests) == 2 and g.stats().empty_decompositions == 2
+
+
+def test_a_meta_reasoning_in_a_later_reply_is_accepted(
+    server: ChatServer, models: ScriptedModels
+) -> None:
+    models.decompose("path", NO_META, decomposition("m/q/a"))
+    assert gsrm(server).decompose("path") == [Step("m", "q", "a")]
 
 
 def test_match_asks_for_one_word_and_parses_it(server: ChatServer) -> None:

@@ -18,6 +18,7 @@ from tests.sarl.rewards.rlkd.conftest import (
     decompose_requests,
     decomposition,
     match_requests,
+    reference_decomposition,
 )
 
 TEACHER = "teacher path"
@@ -79,6 +80,61 @@ def test_algorithm_1_traces_over_http(server: ChatServer, scripted: ScriptedMode
     assert sorted(decompose_requests(server)) == sorted([TEACHER, "same", "penalised", "off"])
     assert ("m3", "mZ") in match_requests(server) and ("mX", "m3") not in match_requests(server)
     r.close()
+
+
+def test_only_the_reasoning_is_decomposed(server: ChatServer, scripted: ScriptedModels) -> None:
+    # The reference sends split('</think>')[0] of the student's and the teacher's text.
+    r = reward(server, outcome="ground_truth")
+    teacher = f"{TEACHER}</think>So the answer is \\boxed{{4}}."
+    group = [
+        sample("same</think>The answer is \\boxed{4}.", teacher=teacher, truth="4"),
+        sample("<think>off</think>\\boxed{5}</think>tail", teacher=teacher, truth="4"),
+        sample("</think>only an answer \\boxed{4}", teacher=teacher, truth="4"),
+    ]
+    scripted.decompose("<think>off", decomposition("mX/q1/a1"))
+    out = r.score_groups([group])[0]
+    assert [o.score for o in out] == [3.0 + 1.0, 0.0 + 0.0, 0.0 + 1.0]
+    assert sorted(decompose_requests(server)) == sorted([TEACHER, "same", "<think>off"])
+
+
+def test_an_empty_teacher_reasoning_is_a_failure(server: ChatServer) -> None:
+    out = reward(server).score_groups([[sample("same", teacher="</think>\\boxed{4}")]])[0]
+    assert math.isnan(out[0].score) and out[0].components["failed"] == 1.0
+    assert decompose_requests(server) == []
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [("Meat-reasoning", "Sub-problem", "Answer"), ("sub-think", "Query", "Answer")],
+    ids=["prompt examples", "system prompt"],
+)
+def test_a_decomposer_trained_with_the_reference_recipe(
+    server: ChatServer, models: ScriptedModels, labels: tuple[str, str, str]
+) -> None:
+    # Both label sets of xsc1234/RLKD's GSRM training data score like the prompt's own layout.
+    models.decompose(TEACHER, reference_decomposition(labels, "m1/q1/a1", "m2/q2/a2", "m3/q3/a3"))
+    models.decompose("same", reference_decomposition(labels, "m1/q1/a1", "m2/q2/a2", "m3/q3/a3"))
+    models.decompose(
+        "penalised", reference_decomposition(labels, "m1/qX/aX", "m2/q2/aY", "mZ/q3/a3")
+    )
+    out = reward(server).score_groups([[sample("same"), sample("penalised")]])[0]
+    assert [o.score for o in out] == [3.0, 0.75]
+    assert all(o.components["failed"] == 0.0 for o in out)
+
+
+def test_an_unknown_meta_reasoning_label_is_flagged_not_scored_zero(
+    server: ChatServer, models: ScriptedModels
+) -> None:
+    layout = ("Rationale", "Sub-problem", "Answer")  # a layout whose meta label is not known
+    models.decompose(TEACHER, reference_decomposition(layout, "m1/q1/a1", "m2/q2/a2"))
+    models.decompose("same", reference_decomposition(layout, "m1/q1/a1", "m2/q2/a2"))
+    r = reward(server, parse_retries=0)
+    out = r.score_groups([[sample("same")]])[0][0]
+    assert math.isnan(out.score) and out.components["failed"] == 1.0
+    given = teacher_steps_payload([Step("m1", "q1", "a1")])  # the student side fails the same way
+    out = r.score_groups([[sample("same", teacher=given)]])[0][0]
+    assert math.isnan(out.score) and out.components["failed"] == 1.0
+    assert r.stats().failed_samples == 2
 
 
 def test_outcome_is_combined_by_weights(server: ChatServer, scripted: ScriptedModels) -> None:

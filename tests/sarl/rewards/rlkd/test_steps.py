@@ -45,6 +45,19 @@ FORMATS = {
         '{"steps": [{"meta": "plan A", "question": "what is x?", "answer": "x = 3"},'
         ' {"m": "plan B", "q": "what is y?", "a": "y = 1/2"}]}'
     ),
+    "reference examples (Meat-reasoning)": (
+        "[Response]:\n[Meat-reasoning 1]: plan A\n[Sub-problem 1]: what is x?  \n"
+        "[Answer 1]: x = 3  \n\n[Meat-reasoning 2]: plan B\n[Sub-problem 2]: what is y?\n"
+        "[Answer 2]: y = 1/2\n</answer>\n"
+    ),
+    "reference system prompt (sub-think/Query)": (
+        "[sub-think 1]: plan A\n[Query 1]: what is x?\n[Answer 1]: x = 3\n"
+        "[sub-think 2]: plan B\n[Query 2]: what is y?\n[Answer 2]: y = 1/2"
+    ),
+    "json with reference keys": (
+        '[{"sub-think": "plan A", "query": "what is x?", "answer": "x = 3"},'
+        ' {"Meat-reasoning": "plan B", "Sub-problem": "what is y?", "Answer": "y = 1/2"}]'
+    ),
     "reasoning model reply": (
         "<think>Meta-reasoning: draft that must be ignored</think>\n"
         "Meta-reasoning: plan A\nSub-problem: what is x?\nAnswer: x = 3\n"
@@ -70,6 +83,36 @@ def test_multiline_fields_and_latex_survive() -> None:
             "$\\frac{2}{b}$",
         )
     ]
+
+
+def test_the_reference_layout_with_its_trailers() -> None:
+    # make_data/Prompt.py's examples: "[Meat-reasoning N]: ...-", a closing line after the last
+    # answer; the GSRM's training targets end in "</answer>".
+    reply = (
+        "[Response]: \n"
+        "[Meat-reasoning 1]: First standardise the value with the z-score formula.-  \n"
+        "[Sub-problem 1]: What is the z-score of 33?  \n[Answer 1]: 0.75  \n\n"
+        "[Meat-reasoning 2]: Then read the upper tail of the normal curve.-  \n"
+        "[Sub-problem 2]: What is P(Z > 0.75)?  \n[Answer 2]: 0.2266 \n"
+        "So the final answer is:\n-0.2266.</answer>"
+    )
+    assert parse_steps(reply) == [
+        Step(
+            "First standardise the value with the z-score formula.",
+            "What is the z-score of 33?",
+            "0.75",
+        ),
+        Step(
+            "Then read the upper tail of the normal curve.",
+            "What is P(Z > 0.75)?",
+            "0.2266 \nSo the final answer is:\n-0.2266.",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("answer", ["-5", "x - y", "n-", "1 -"])
+def test_a_dash_is_kept_unless_it_follows_a_sentence(answer: str) -> None:
+    assert parse_steps(f"Meta-reasoning: m\nAnswer: {answer}") == [Step("m", "", answer)]
 
 
 def test_a_missing_field_stays_empty_and_keeps_alignment() -> None:
@@ -138,7 +181,8 @@ def test_json_nested_beyond_the_recursion_limit_is_not_json(text: str) -> None:
 # The label patterns as first written (backtracking runs), to check the possessive ones agree.
 _E, _L = (
     r"[*_`]*",
-    r"(?P<label>meta[ \t_-]*reasoning|sub[ \t_-]*(?:problem|question)|question|answer)",
+    r"(?P<label>me(?:ta|at)[ \t_-]*reasoning|sub[ \t_-]*(?:problem|question|think)"
+    r"|query|question|answer)",
 )
 _I = r"(?:[ \t]*(?:\[\d+\]|\(\d+\)|\d+))?"
 BACKTRACKING = {
@@ -158,6 +202,7 @@ BACKTRACKING = {
 TOKENS = ["*", "**", "_", "`", " ", "\t", "\n", "[", "]", "(", ")", ":", "-", ".", "#", ">", "1"]
 TOKENS += ["12", "step", "Step ", "meta", "Meta-reasoning", "reasoning", "sub", "-problem"]
 TOKENS += ["question", "Answer", "answer", "x", "---", "：", "•", "Sub question"]
+TOKENS += ["Meat-reasoning", "meat", "sub-think", "think", "Query", "query"]
 
 
 @settings(max_examples=400, deadline=None)

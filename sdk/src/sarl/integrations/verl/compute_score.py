@@ -179,7 +179,13 @@ def verl_result(output: RewardOutput, reward: Reward) -> VerlResult:
     """verl's result dict for one output; raises ``ValueError`` on a non-finite score or missing
     component (a NaN score would reach verl's token-level rewards)."""
     if not math.isfinite(output.score):
-        raise ValueError(f"reward returned a non-finite score {output.score!r}")
+        hint = (
+            " (a masked truncated completion: verl cannot leave a sample out, so give the reward "
+            "a numeric truncated_score)"
+            if reward.masks_truncated
+            else ""
+        )
+        raise ValueError(f"reward returned a non-finite score {output.score!r}{hint}")
     missing = [k for k in reward.component_keys if k not in output.components]
     if missing:
         raise ValueError(f"reward output lacks components {missing}")

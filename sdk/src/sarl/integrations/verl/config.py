@@ -21,7 +21,10 @@ verl nor Hydra. Every key is checked against verl 0.9.1's own config by
   :class:`sarl_jobs.checkpoints.StoreCheckpointCallback`, which pushes each saved
   ``global_step_N`` directory to ``storage.checkpoint_uri`` (settings under ``sarl.storage``).
 * Rewards: :func:`sarl.integrations.verl.overrides.verl_reward_overrides` (group rewards go to
-  ``SarlRewardManager``).
+  ``SarlRewardManager``, and so do rewards that mask truncated completions, ``tag_maxflow``:
+  the manager sees the tokens that tell a truncated response. verl 0.9.1 cannot drop those from
+  the loss, unlike TRL's ``mask_truncated_completions``, so such a reward must give them a
+  numeric ``truncated_score``; a spec leaving it None is refused, naming the field.)
 * Tracking: ``trainer.logger=[console,mlflow]``; verl's MLflow logger reads
   ``MLFLOW_TRACKING_URI``/``MLFLOW_RUN_ID`` from the environment of its TaskRunner actor, so they
   are passed through Ray's ``runtime_env``.
@@ -32,7 +35,7 @@ from __future__ import annotations
 from typing import Final
 
 from sarl.integrations.verl.overrides import hydra_value, verl_reward_overrides
-from sarl.rewards.registry import get_reward_class
+from sarl.rewards.registry import get_reward_class, parse_settings
 from sarl.spec.experiment import Experiment
 
 #: spec ``algorithm.name`` -> verl 0.9.1 ``algorithm.adv_estimator``.
@@ -182,13 +185,30 @@ def _reward(exp: Experiment) -> list[str]:
             "(Implementation B, the paper's choice with served rollouts), 'local' or "
             "'hf_causal', or the TRL backend (spec.resources.backend: trl)"
         )
-    group = get_reward_class(term.name).needs_group
+    reward_cls = get_reward_class(term.name)
+    if reward_cls.masks_truncated:
+        _check_truncated_score(term.name, term.settings)
+    group = reward_cls.needs_group
     return verl_reward_overrides(
         term.name,
         term.settings,
-        group=group,
+        # the manager sees the response tokens, so it can tell truncated responses
+        group=group or reward_cls.masks_truncated,
         group_size=exp.spec.algorithm.rollouts_per_prompt if group else None,
     )
+
+
+def _check_truncated_score(name: str, settings: dict[str, object]) -> None:
+    """A reward that masks truncated completions needs a number for them on verl (see below)."""
+    if getattr(parse_settings(name, settings), "truncated_score", 0.0) is None:
+        # tagged-reasoning A.7 masks them from the gradient; verl 0.9.1 has no switch for that
+        # and takes only finite rewards, so the masking cannot be reproduced: say so up front.
+        raise ValueError(
+            f"spec.reward[0].settings.truncated_score: reward {name!r} masks truncated "
+            "completions (NaN), which verl cannot do (no loss mask for them, finite rewards "
+            "only); set a number (e.g. 0.0) to score them on verl, or use the TRL backend "
+            "(spec.resources.backend: trl), which masks them from the loss"
+        )
 
 
 def _storage(exp: Experiment, checkpoint_uri: str | None, endpoint_url: str | None) -> list[str]:

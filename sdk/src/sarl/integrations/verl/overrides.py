@@ -149,8 +149,9 @@ def verl_reward_overrides(
     """Hydra overrides that make verl 0.9.1's trainer score with ``reward_name``.
 
     ``group=False``: ``compute_score`` as the custom reward function of verl's default manager
-    (per-sample rewards only). ``group=True``: ``SarlRewardManager`` with one reward worker, so
-    every response of a prompt reaches one process and group rewards see whole groups. Settings
+    (per-sample rewards that need text only). ``group=True``: ``SarlRewardManager`` with one
+    reward worker, so every response of a prompt reaches one process and group rewards see whole
+    groups; also required for rewards that mask truncated completions (it sees the tokens). Settings
     are validated here (raising :class:`RewardConfigError`) and only non-default ones are emitted.
     Options left as None keep their defaults (:class:`ScoreOptions`, :class:`ManagerOptions`).
     """
@@ -159,6 +160,12 @@ def verl_reward_overrides(
         raise RewardConfigError(
             f"reward {reward_name!r} needs whole groups; use group=True (the reward manager): "
             "verl's custom reward function sees one response at a time"
+        )
+    if reward_cls.masks_truncated and not group:
+        raise RewardConfigError(
+            f"reward {reward_name!r} masks truncated completions; use group=True (the reward "
+            "manager, which sees the response tokens): verl's custom reward function gets only "
+            "the text and cannot tell a truncated response"
         )
     if group_size is not None and not group:
         raise RewardConfigError("group_size: only used with group=True")

@@ -47,6 +47,15 @@ one). Known limit: Ray async actors run at most 1000 calls at once
 slot, so ``train_batch_size * group_size`` above that may stall groups until ``group_timeout_s``
 (a warning is logged). Per-prompt ``__rollout_n__`` (v1 trainer) is not supported.
 
+Truncation: ``Sample.extra["truncated"]`` is set for every response (rewards with
+``masks_truncated``, i.e. ``tag_maxflow``, read it; tagged-reasoning A.7). verl 0.9.1 pads
+``responses`` to ``rollout.response_length`` (``agent_loop.py:_postprocess``) and counts a
+response as clipped when its valid length reaches that (``trainer/ppo/metric_utils.py``,
+``response_length/clip_ratio``); here it is truncated when it fills the buffer *and* its last
+token is not an end token (the tokenizer's EOS or pad id, the ids TRL uses), so a response that
+ends with EOS exactly at the limit is not. verl has no switch that drops truncated responses from
+the loss, so they are still trained on with the reward's ``truncated_score``.
+
 Errors follow the ``on_error`` policy of ``compute_score`` (raise by default); an incomplete group
 is an error for each of its members. Extra info keys: ``score``, the reward's components
 (undefined ones ``None``) and ``reward_failed``.
@@ -152,6 +161,8 @@ class SarlRewardManager(RewardManagerBase):  # type: ignore[misc,unused-ignore]
         extra_info = dict(fields.get("extra_info") or {})
         if "uid" in fields:
             extra_info["uid"] = fields["uid"]
+        end_ids = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+        extra_info["truncated"] = response_truncated(response_ids, valid_response, end_ids)
         return make_sample(
             response,
             prompt=prompt,
@@ -182,6 +193,14 @@ class SarlRewardManager(RewardManagerBase):  # type: ignore[misc,unused-ignore]
         if isinstance(error, GroupIncompleteError):
             context += f"; {_GROUP_HINT}"
         return on_failure(error, reward, self.options, context)
+
+
+def response_truncated(response_ids: Any, valid_length: int, end_ids: set[int]) -> bool:
+    """Whether a response was cut at ``rollout.response_length``: it fills the padded
+    ``responses`` buffer ``(response_len,)`` and its last valid token ends nothing."""
+    if valid_length < response_ids.shape[-1] or valid_length == 0:
+        return False
+    return int(response_ids[valid_length - 1]) not in end_ids
 
 
 def check_group_config(config: DictConfig, options: ManagerOptions) -> int:

@@ -7,7 +7,11 @@ here both are whatever models serve the configured chat endpoints, prompted with
 
 Decomposition: the reply is parsed by :func:`sarl.rewards.rlkd.steps.parse_steps`. A reply with
 no step is re-asked up to ``parse_retries`` times with a reminder of the format; after that the
-path has no steps (``[]``), which the reward treats per side (see ``reward``).
+path has no steps (``[]``), which the reward treats per side (see ``reward``). A reply whose steps
+have no meta-reasoning at all (sub-problems and answers found, but the meta-reasoning label not
+understood) is re-asked the same way, and if no reply has one, :class:`DecompositionError` is
+raised: Algorithm 1 starts every step with the meta-reasoning match and an empty field never
+matches, so such a decomposition would score 0 for every sample without anything failing.
 
 Match verdicts are parsed strictly by :func:`parse_verdict`: the whole reply, after removing a
 leading ``<think>`` block, surrounding quotes/emphasis/brackets and a final ``.``/``!``, must be
@@ -49,6 +53,10 @@ class VerdictError(RuntimeError):
     """The judge gave no parseable yes/no verdict in any of its attempts."""
 
 
+class DecompositionError(RuntimeError):
+    """The decomposer's replies had steps but never a meta-reasoning field (layout unknown)."""
+
+
 @functools.cache
 def load_prompt(name: str) -> str:
     """The text of ``prompts/<name>.txt`` (package data)."""
@@ -74,7 +82,7 @@ class GSRMStats:
     """Counters of the parse layer (HTTP-level counters are in the chat clients)."""
 
     decompositions: int
-    empty_decompositions: int  # replies without any step (before retrying)
+    empty_decompositions: int  # replies without any step with a meta-reasoning (before retrying)
     verdicts: int
     unparseable_verdicts: int  # replies that were not yes/no (before retrying)
     verdict_failures: int  # matches that raised VerdictError
@@ -109,21 +117,31 @@ class GSRM:
             return GSRMStats(**self._counts)
 
     def decompose(self, path: str, problem: str = "") -> list[Step]:
-        """The steps of a reasoning path; ``[]`` if no reply had any (ChatError propagates)."""
+        """The steps of a reasoning path; ``[]`` if no reply had any. ChatError propagates;
+        :class:`DecompositionError` when replies had steps but none with a meta-reasoning."""
         prompt = _fill(load_prompt("decompose"), problem=problem, reasoning_path=path)
         messages = [{"role": "user", "content": prompt}]
+        without_meta = ""  # the last reply whose steps had no meta-reasoning
         for attempt in range(self.parse_retries + 1):
             self._count("decompositions")
             reply = self.decomposer.complete(messages, max_tokens=self.decompose_max_tokens)
             steps = parse_steps(reply)
-            if steps:
+            if any(step.meta for step in steps):
                 return steps
             self._count("empty_decompositions")
+            if steps:
+                without_meta = reply
             if attempt < self.parse_retries:
                 messages += [
                     {"role": "assistant", "content": reply},
                     {"role": "user", "content": _FORMAT_REMINDER},
                 ]
+        if without_meta:
+            raise DecompositionError(
+                "the decomposer's steps have no meta-reasoning field (its label is not one of "
+                "Meta-reasoning, Meat-reasoning, sub-think), so every match would fail; reply "
+                f"starts {without_meta[:200]!r}"
+            )
         return []
 
     def match(self, field: FieldName, teacher: str, student: str) -> bool:

@@ -2,17 +2,23 @@
 
 Imported lazily by ``sarl.rewards.registry``; called by the adapters with batches of groups.
 
-Inputs per sample: ``Sample.response`` (the student's reasoning path), ``Sample.prompt`` (the
+Inputs per sample: ``Sample.response`` (the student's response), ``Sample.prompt`` (the
 problem, shown to the decomposer) and the teacher in ``Sample.extra[teacher_key]`` (default
 ``"teacher"``; with TRL, a dataset column of that name):
 
-* a string: the teacher's reasoning path (RLKD uses DeepSeek-R1's responses in OpenR1-Math). It
-  is decomposed once per distinct (problem, path) and cached (``teacher_cache_size``), since all
-  responses of a group share it and paths recur across epochs;
+* a string: the teacher's response (RLKD uses DeepSeek-R1's responses in OpenR1-Math). It is
+  decomposed once per distinct (problem, reasoning) and cached (``teacher_cache_size``), since
+  all responses of a group share it and paths recur across epochs;
 * a list of objects ``{"meta_reasoning", "sub_problem", "answer"}`` (the key variants of
   ``steps.steps_from_json``): an already decomposed teacher, used as is (no decomposer call).
 
 A missing teacher raises ``ValueError`` naming the column, like a missing ground truth.
+
+Only the reasoning is decomposed, on both sides: the text before the first ``</think>`` (the
+whole text when there is none), as the reference code does (xsc1234/RLKD,
+``open-r1-main/src/open_r1/rewards.py``, ``searchain_reward_openr1_math``: ``content.split(
+'</think>')[0]`` for the student's completions and ``generation[i].split('</think>')[0]`` for the
+teacher's). The final answer after ``</think>`` is the outcome reward's business.
 
 Score (RLKD §3.2 and App. B: the GSRM reward and the task's outcome reward "in a weighted
 manner"; the paper's R_acc : R_gsrm is 3 : 3, i.e. equal weights)::
@@ -26,9 +32,10 @@ where ``r`` is Algorithm 1's total (``algorithm.structured_reward``), unnormalis
 
 Remote failures: the chat clients time out and retry (``chat``); the judge is re-asked on a
 non-verdict (``gsrm``). A sample whose structure term cannot be computed after that (a chat
-call failed, the judge never gave a verdict, or the teacher has no step even after re-asking)
-gets the ``on_failure`` outcome, and is counted (``stats().failed_samples``, component
-``failed``):
+call failed, the judge never gave a verdict, the teacher has no step even after re-asking, or a
+decomposition of either side has steps but no meta-reasoning label the parser knows —
+``gsrm.DecompositionError``, which would otherwise score 0 everywhere) gets the ``on_failure``
+outcome, and is counted (``stats().failed_samples``, component ``failed``):
 
 * ``"nan"`` (default): score NaN; the TRL adapter turns it into ``None`` (the trainer leaves
   this reward out for that sample) instead of training on a made-up value;
@@ -36,7 +43,7 @@ gets the ``on_failure`` outcome, and is counted (``stats().failed_samples``, com
 * ``"raise"``: ``RuntimeError`` stops the step.
 
 A *student* path the decomposer finds no step in (after re-asking) is not a failure: it has no
-steps and earns r = 0, like an empty response (which is not sent at all).
+steps and earns r = 0, like an empty reasoning (which is not sent at all).
 
 Components: ``structure`` (r after normalisation; NaN on failure), ``outcome`` (the outcome
 reward's score; NaN without one), ``teacher_steps`` n, ``student_steps`` m, ``matched_steps``
@@ -61,7 +68,7 @@ from sarl.rewards.base import Reward, RewardOutput, Sample
 from sarl.rewards.registry import create_reward, parse_settings, register_reward
 from sarl.rewards.rlkd.algorithm import StructuredMatch, structured_reward
 from sarl.rewards.rlkd.chat import ChatClient, ChatEndpointSettings, ChatError, ChatStats
-from sarl.rewards.rlkd.gsrm import GSRM, GSRMStats, VerdictError
+from sarl.rewards.rlkd.gsrm import GSRM, DecompositionError, GSRMStats, VerdictError
 from sarl.rewards.rlkd.steps import FieldName, Step, steps_from_json
 
 COMPONENT_KEYS = (
@@ -78,6 +85,12 @@ _NAN = math.nan
 
 #: A teacher as found in a sample: ``(problem, path)`` to decompose, or already given steps.
 TeacherSource = tuple[str, str] | tuple[Step, ...]
+
+
+def reasoning(text: str) -> str:
+    """The part of a response that is decomposed: before the first ``</think>`` (all of it when
+    there is none), as the reference's ``split('</think>')[0]``."""
+    return text.partition("</think>")[0]
 
 
 def _is_steps(source: TeacherSource) -> TypeGuard[tuple[Step, ...]]:
@@ -221,7 +234,7 @@ class RLKDReward(Reward):
         key = self._settings.teacher_key
         value = sample.extra.get(key)
         if isinstance(value, str) and value.strip():
-            return (sample.prompt, value)
+            return (sample.prompt, reasoning(value))
         if isinstance(value, Sequence) and not isinstance(value, str):
             steps = steps_from_json(list(value))
             if steps:
@@ -256,11 +269,13 @@ class RLKDReward(Reward):
         return out
 
     def _decompose_teacher(self, key: tuple[str, str]) -> tuple[Step, ...] | str:
+        if not key[1].strip():
+            return "the teacher's reasoning (its text before </think>) is empty"
         with self._lock:
             self._counts["teacher_decompositions"] += 1
         try:
             steps = tuple(self._gsrm.decompose(key[1], key[0]))
-        except ChatError as e:
+        except (ChatError, DecompositionError) as e:
             return f"teacher decomposition failed: {e}"
         if not steps:
             return "the decomposer found no step in the teacher's path"
@@ -297,11 +312,12 @@ class RLKDReward(Reward):
             return self._gsrm.match(field, t, s)
 
         student: list[Step] = []
+        path = reasoning(sample.response)
         try:
-            if sample.response.strip():
-                student = self._gsrm.decompose(sample.response, sample.prompt)
+            if path.strip():
+                student = self._gsrm.decompose(path, sample.prompt)
             return _Scored(structured_reward(teacher, student, match), len(student), calls)
-        except (ChatError, VerdictError) as e:
+        except (ChatError, VerdictError, DecompositionError) as e:
             return _Scored(None, len(student), calls, str(e))
 
     def _outcome_scores(self, groups: Sequence[Sequence[Sample]]) -> list[float]:

@@ -12,14 +12,22 @@ in format, so :func:`parse_steps` accepts, in this order of preference:
   ``- **Answer**: ...``, ``[Meta-reasoning]: ...``; and bracketed labels anywhere in a line
   (``[Sub-problem]: ... [Answer]: ...``, the paper's own layout). Labels are case-insensitive
   and tolerate spelling variants (``Meta reasoning``, ``Metareasoning``, ``Sub-question``,
-  ``Subproblem``, ``Question``) and an index (``Sub-problem [1]``).
+  ``Subproblem``, ``Question``) and an index (``Sub-problem [1]``, ``[Answer 2]``).
+* The label sets of the RLKD reference code (xsc1234/RLKD), which a decomposer trained with its
+  recipe writes: ``[Meat-reasoning N]``/``[Sub-problem N]``/``[Answer N]`` (the in-context
+  examples of ``make_data/Prompt.py`` and ``open-r1-main/src/open_r1/Prompt.py``, typo included;
+  GPT-4o's replies to them are the GSRM's training targets, ``make_training_dataset_GSRM.py``)
+  and ``[sub-think N]``/``[Query N]``/``[Answer N]`` (the system prompt of the same training
+  data, and the only labels the reference's own parser ``rewards.py:extract_sections`` reads).
+  ``meat-reasoning`` and ``sub-think`` are meta-reasoning labels, ``query`` a sub-problem one.
 
 Steps are assembled in order: a field label that is already filled in the current step (or a
 meta-reasoning label once the step has any field) starts a new step. A field that never
 appears stays ``""``; such a step is kept (dropping it would shift the alignment Algorithm 1
 relies on) and an empty field never matches (``algorithm``). Bare ``Step 3`` header lines and
-``---`` rules are removed from field text. A leading ``<think>...</think>`` block (a reasoning
-decomposer) is ignored.
+``---`` rules are removed from field text, and so are the reference layout's trailers (a final
+``</answer>``, a ``-`` after a sentence's last punctuation). A leading ``<think>...</think>``
+block (a reasoning decomposer) is ignored.
 """
 
 from __future__ import annotations
@@ -51,7 +59,10 @@ _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.S)
 # Every run below is possessive (``*+``): each is followed by a character it cannot match, so
 # giving characters back never helps a match, and without it adjacent optional runs (emphasis,
 # spaces) split a long run of '*' in O(n^2)-O(n^3) ways before failing (issue 12).
-_LABEL = r"(?P<label>meta[ \t_-]*+reasoning|sub[ \t_-]*+(?:problem|question)|question|answer)"
+_LABEL = (
+    r"(?P<label>me(?:ta|at)[ \t_-]*+reasoning|sub[ \t_-]*+(?:problem|question|think)"
+    r"|query|question|answer)"
+)
 _INDEX = r"(?:[ \t]*+(?:\[\d++\]|\(\d++\)|\d++))?"
 _EMPH = r"[*_`]*+"
 _SPACE = r"[ \t]*+"
@@ -76,10 +87,13 @@ _STEP_HEADER = re.compile(
 _JSON_KEYS: dict[str, FieldName] = {
     "meta": "meta",
     "metareasoning": "meta",
+    "meatreasoning": "meta",
+    "subthink": "meta",
     "m": "meta",
     "subproblem": "question",
     "subquestion": "question",
     "question": "question",
+    "query": "question",
     "problem": "question",
     "q": "question",
     "answer": "answer",
@@ -138,7 +152,7 @@ def _step(fields: Mapping[FieldName, str]) -> Step:
 
 def _field_of(label: str) -> FieldName:
     key = re.sub(r"[^a-z]", "", label.lower())
-    if key.startswith("meta"):
+    if key.startswith(("meta", "meat")) or key == "subthink":
         return "meta"
     return "answer" if key == "answer" else "question"
 
@@ -158,8 +172,13 @@ def _labels(text: str) -> list[tuple[int, int, FieldName]]:
 
 
 def _clean(value: str) -> str:
-    value = _STEP_HEADER.sub("", value)
-    return value.strip().strip("*_`").strip()
+    value = _STEP_HEADER.sub("", value).strip().strip("*_`").strip()
+    # Trailers of the reference layout: the GSRM's training targets end in "</answer>", and its
+    # examples end a meta-reasoning with ".-".
+    value = value.removesuffix("</answer>").rstrip()
+    if value.endswith("-") and value[-2:-1] in (".", "!", "?"):
+        value = value[:-1]
+    return value
 
 
 def _parse_labelled(text: str) -> list[Step]:

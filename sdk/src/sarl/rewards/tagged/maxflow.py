@@ -13,6 +13,23 @@ Imported lazily by ``sarl.rewards.registry``; used by the adapters. Three layers
   tagged steps (default 256): ΔF costs one max-flow per step that carries flow, each over a
   graph of up to n^2 edges, so a runaway completion must not stall the batch (issue 12).
 
+Truncation masking (A.7 masks truncated completions from the reward *and* the gradient): the
+reward reads ``Sample.extra["truncated"]`` (or counts tokens against ``max_completion_tokens``)
+and scores such a completion ``truncated_score`` (NaN by default). ``masks_truncated`` tells the
+adapters to supply the flag and the trainers to mask the loss:
+
+* TRL: the adapter sets the flag from ``completion_ids`` with TRL's own rule (no EOS or pad
+  token at the end, ``GRPOTrainer._generate_and_score_completions``) once
+  :func:`sarl.integrations.trl.bind_trainer` has given it the trainer's stop ids; the NaN score
+  becomes ``None`` (TRL leaves the reward out for that sample), and the local runner and the TRL
+  job turn on ``GRPOConfig.mask_truncated_completions`` whenever the spec has a reward with
+  ``masks_truncated`` (``sarl.runner.trl_config``), so the completion gets no gradient either.
+* verl 0.9.1 has no switch that drops truncated responses from the loss (its
+  ``response_length/clip_ratio`` metric only counts them), and its rewards must be numbers. The
+  spec builder sends such rewards through ``SarlRewardManager``, which sets the flag from the
+  response tokens, and requires a numeric ``truncated_score``: on verl a truncated completion
+  gets that score and is still trained on.
+
 Nodes (§3.2 step 2): node 1 is the question (the whole prompt text the model saw), then the tagged
 steps of the reasoning, and node n is the answer (the text after ``</think>``). Without an answer
 the last step is the sink.
@@ -345,6 +362,7 @@ class TagMaxFlowReward(Reward):
     name = "tag_maxflow"
     Settings = TagMaxFlowSettings
     components = COMPONENT_KEYS
+    masks_truncated = True
 
     def __init__(
         self, settings: TagMaxFlowSettings, *, model: Any = None, tokenizer: Any = None
