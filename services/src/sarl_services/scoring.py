@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from sarl.embedding.base import Embedder, FloatArray
 from sarl.rewards.base import Reward, RewardOutput, Sample
 from sarl.rewards.registry import RewardConfigError, create_reward
+from sarl.rewards.samples import SampleError, parse_sample
 from sarl.rewards.structure.config import StructureRewardConfig
 from sarl.rewards.structure.requests import (
     RequestError,
@@ -128,29 +129,16 @@ async def score_structure(
 
 
 GroupKey = str | int | None
-_SAMPLE_KEYS = ("response", "prompt", "ground_truth", "group")
 
 
 def _sample(item: Any) -> tuple[Sample, GroupKey]:
-    """An item as a :class:`Sample` (other keys go to ``Sample.extra``) and its group key."""
-    if not isinstance(item, dict):
-        raise RequestError(f"expected a JSON object, got {type(item).__name__}")
-    response = item.get("response")
-    if not isinstance(response, str):
-        raise RequestError("response: missing or not a string")
-    prompt = item.get("prompt", "")
-    if not isinstance(prompt, str):
-        raise RequestError("prompt: expected a string")
-    truth = item.get("ground_truth")
-    if isinstance(truth, int | float) and not isinstance(truth, bool):
-        truth = str(truth)  # numeric answers in datasets
-    if truth is not None and not isinstance(truth, str):
-        raise RequestError("ground_truth: expected a string, a number or null")
+    """An item as a :class:`Sample` (the sdk's sample contract; other keys but ``group`` go to
+    ``Sample.extra``) and its group key."""
+    sample = parse_sample(item, exclude=("group",))
     group = item.get("group")
     if isinstance(group, bool) or not isinstance(group, str | int | None):
-        raise RequestError("group: expected a string or an integer")
-    extra = {k: v for k, v in item.items() if k not in _SAMPLE_KEYS}
-    return Sample(response=response, prompt=prompt, ground_truth=truth, extra=extra), group
+        raise SampleError("group: expected a string or an integer")
+    return sample, group
 
 
 def _output(out: RewardOutput) -> ItemResult:
@@ -202,7 +190,7 @@ async def score_generic(
     for i, item in enumerate(items):
         try:
             sample, key = _sample(item)
-        except RequestError as e:
+        except SampleError as e:
             results[i] = {"error": f"requests[{i}]: {e}"}
             continue
         groups.setdefault(key if reward.needs_group else i, []).append((i, sample))

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from sarl.cli import reward as cli
+from sarl.cli.lines import is_blank
 from sarl.cli.main import app
 from sarl.embedding.base import normalize_rows
 from sarl.rewards.structure.config import StructureRewardConfig
@@ -185,9 +186,9 @@ any_line = st.one_of(good_lines, st.sampled_from(HOSTILE_LINES), st.binary(max_s
 @given(st.lists(any_line, min_size=1, max_size=12), st.integers(1, 5))
 def test_each_line_scores_as_it_would_alone(lines: list[bytes], chunk_lines: int) -> None:
     lines = [line.replace(b"\n", b" ") + b"\n" for line in lines]  # one input line each
-    while len(lines) > 1 and cli._blank(lines[-1]):
+    while len(lines) > 1 and is_blank(lines[-1]):
         lines.pop()  # trailing blank lines produce no output (tested elsewhere)
-    if cli._blank(lines[-1]):
+    if is_blank(lines[-1]):
         return
     rows = score_lines(lines, chunk_lines)
     assert len(rows) == len(lines)
@@ -198,7 +199,7 @@ def test_each_line_scores_as_it_would_alone(lines: list[bytes], chunk_lines: int
         else:
             assert list(row) == list(OUTPUT_KEYS)
             assert math.isfinite(row["score"]) and 0.0 <= row["score"] <= 1.0
-        if cli._blank(line):
+        if is_blank(line):
             assert row["error"] == f"line {number}: empty line (expected a JSON object)"
         else:
             assert without_number(row) == without_number(score_lines([line])[0])

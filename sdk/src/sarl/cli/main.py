@@ -1,9 +1,10 @@
 """Entry point of the ``sarl`` command (``[project.scripts]``): wires the sub-commands.
 
-Sub-commands live in their own modules (``reward.py``, ``maps.py``, ``demo.py``); heavy imports
-happen inside the commands so ``sarl --help`` stays instant. Other installed packages add
-sub-commands through the ``sarl.cli`` entry-point group (e.g. ``sarl serve`` from
-``sarl-services``), so dependencies point into the sdk and the sdk never imports them by name.
+Sub-commands live in their own modules (``reward.py``, ``reward_score.py``, ``maps.py``,
+``demo.py``); heavy imports happen inside the commands so ``sarl --help`` stays instant. Other
+installed packages add sub-commands through the ``sarl.cli`` entry-point group (e.g. ``sarl
+serve`` from ``sarl-services``), so dependencies point into the sdk and the sdk never imports
+them by name.
 """
 
 from __future__ import annotations
@@ -13,7 +14,18 @@ from importlib.metadata import entry_points
 
 import typer
 
-from sarl.cli import cluster, compare, data, demo, maps, reward, run, study, study_run
+from sarl.cli import (
+    cluster,
+    compare,
+    data,
+    demo,
+    maps,
+    reward,
+    reward_score,
+    run,
+    study,
+    study_run,
+)
 
 app = typer.Typer(
     name="sarl",
@@ -22,6 +34,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+reward.app.command("score")(reward_score.score_command)
 app.add_typer(reward.app, name="reward")
 app.add_typer(data.app, name="data")
 study.app.command("run")(study_run.run_command)

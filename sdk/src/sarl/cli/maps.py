@@ -1,4 +1,5 @@
-"""``sarl map``: draw the reasoning map of one JSON line's response as a PNG.
+"""``sarl map``: draw the reasoning map of one JSON line's response as a PNG; also the maps
+``sarl reward score structure --out DIR`` writes (:func:`draw_line_maps`).
 
 Reads the same JSON Lines as ``sarl reward structure``; ``--index`` is the 0-based position of
 the line among the non-blank lines of the file.
@@ -8,12 +9,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from sarl.cli import options as opt
 from sarl.rewards.structure.requests import RequestError, parse_request, score_requests
+from sarl.rewards.text import encodable
+
+if TYPE_CHECKING:
+    from sarl.rewards.base import Sample
+    from sarl.rewards.structure.reward import StructureReward
 
 
 def map_command(
@@ -59,3 +65,23 @@ def map_command(
         raise opt.fail(f"scoring failed: {e}") from e
     draw_reasoning_map(result, out, title=f"{path.name} #{index}")
     typer.echo(f"{out}  SR={result.score:.3f} steps={result.num_steps} nodes={result.num_nodes}")
+
+
+def draw_line_maps(
+    reward: StructureReward, scored: list[tuple[int, Sample]], out_dir: Path
+) -> list[Path]:
+    """Reasoning maps of scored input lines, ``out_dir/line-<N>.png`` for line number N.
+
+    The responses are scored again through the reward's own scorer (same settings, same
+    embedder, whose cache makes it cheap), because the reward interface returns scores and
+    components, not the maps. Files are named by line number, never by a field of the line.
+    """
+    from sarl.viz.reasoning_map import draw_reasoning_map
+
+    results = reward.scorer.score_batch([sample.response for _, sample in scored])
+    paths = []
+    for (number, sample), result in zip(scored, results, strict=True):
+        label = sample.extra.get("id")
+        title = f"line {number}" + (f": {encodable(label[:60])}" if isinstance(label, str) else "")
+        paths.append(draw_reasoning_map(result, out_dir / f"line-{number}.png", title=title))
+    return paths

@@ -14,28 +14,27 @@ limit or float64's range, embeddings of any finite magnitude) is validated or sc
 The one shared failure is the embedder's (a service down): every text line of the chunk being
 embedded reports it; lines with labels or embeddings are unaffected.
 
-Exit codes (:data:`EXIT_OK` ...): 0 every line scored; 1 some lines could not be scored (their
-error objects say why); 2 bad options; 3 internal error (a bug: one line on stderr, and the
-lines of the chunk in progress get no output). Trailing blank lines are ignored; a blank line
-elsewhere is an error line (it is not JSON). Lines are processed in chunks of
-:data:`CHUNK_LINES` so the input can be larger than memory allows for embeddings.
+Exit codes and the line contract (bytes split on ``\\n``, trailing blank lines ignored) are
+:mod:`sarl.cli.lines`'s, shared with ``sarl reward score``: 0 every line scored; 1 some lines
+could not be scored (their error objects say why); 2 bad options; 3 internal error (a bug: one
+line on stderr, and the lines of the chunk in progress get no output). Lines are processed in
+chunks of :data:`CHUNK_LINES` so the input can be larger than memory allows for embeddings.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
-from pathlib import Path
-from typing import IO, Annotated, Any, TextIO
+from typing import IO, Any, TextIO
 
 import typer
 
+from sarl.cli import lines
 from sarl.cli import options as opt
+from sarl.cli.lines import CHUNK_LINES, EXIT_INTERNAL, EXIT_INVALID_LINES, EXIT_OK, EXIT_USAGE
 from sarl.embedding.base import Embedder
 from sarl.rewards.structure.config import StructureRewardConfig
 from sarl.rewards.structure.requests import (
-    RequestError,
     ScoreRequest,
     ScoringFailure,
     embed_requests,
@@ -45,19 +44,12 @@ from sarl.rewards.structure.requests import (
 
 app = typer.Typer(help="Score responses with a reward.", no_args_is_help=True)
 
-CHUNK_LINES = 1024
-EXIT_OK, EXIT_INVALID_LINES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-#: What reading one line can raise: the line's error, never the command's.
-_LINE_ERRORS = (ValueError, ArithmeticError, RecursionError)
-
-InputOpt = Annotated[
-    str, typer.Option("--input", "-i", help="JSON Lines file, or '-' for standard input.")
-]
+__all__ = ["CHUNK_LINES", "EXIT_INTERNAL", "EXIT_INVALID_LINES", "EXIT_OK", "EXIT_USAGE", "app"]
 
 
 @app.command("structure")
 def structure_command(
-    input: InputOpt = "-",
+    input: lines.InputOpt = "-",
     clustering: opt.ClusteringOpt = opt.Clustering.kmeans,
     variant: opt.VariantOption = opt.VariantOpt.full,
     embedder: opt.EmbedderOpt = opt.EmbedderKind.local,
@@ -87,15 +79,8 @@ def structure_command(
     if embedder is opt.EmbedderKind.openai:  # check flags before reading any input
         opt.build_embedder(embedder, embedding_url, embedding_model)
     lazy = _LazyEmbedder(lambda: opt.build_embedder(embedder, embedding_url, embedding_model))
-    with _open_input(input) as stream:
-        try:
-            failed = score_stream(stream, sys.stdout, config, lazy)
-        except typer.Exit:
-            raise
-        except Exception as e:  # the contract: a crash is exit 3 with one line, never exit 1
-            message = " ".join(str(e).split())[:300]
-            typer.echo(f"error: internal error: {type(e).__name__}: {message}", err=True)
-            raise typer.Exit(code=EXIT_INTERNAL) from e
+    with lines.open_input(input) as stream, lines.internal_errors():
+        failed = score_stream(stream, sys.stdout, config, lazy)
     raise typer.Exit(code=EXIT_INVALID_LINES if failed else EXIT_OK)
 
 
@@ -110,7 +95,7 @@ def score_stream(
     """Score every line of ``stream`` to ``out`` (one JSON object per line, flushed per chunk);
     True if some line could not be scored. Exceptions other than a line's own are bugs."""
     failed = False
-    for chunk in _chunks(_numbered_lines(stream), chunk_lines):
+    for chunk in lines.chunks(lines.numbered_lines(stream), chunk_lines):
         for row in score_chunk(chunk, config, embedder):
             failed = failed or "error" in row
             out.write(json.dumps(row) + "\n")
@@ -132,69 +117,9 @@ class _LazyEmbedder:
         return self._value
 
 
-def _open_input(path: str) -> Any:
-    if path == "-":
-        from contextlib import nullcontext
-
-        return nullcontext(sys.stdin.buffer)
-    p = Path(path)
-    if not p.is_file():
-        raise opt.fail(f"--input: no such file {path!r}")
-    return p.open("rb")
-
-
-def _blank(raw: bytes) -> bool:
-    try:
-        return not raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        return False
-
-
-def _numbered_lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
-    """Yield (line number, bytes) split on ``\\n`` only; blank lines are held back and dropped
-    if they end the input."""
-    pending: list[tuple[int, bytes]] = []
-    for number, line in enumerate(stream, start=1):  # binary streams split on b"\n" alone
-        if _blank(line):
-            pending.append((number, line))
-            continue
-        yield from pending
-        pending.clear()
-        yield number, line
-
-
-def _chunks(items: Iterable[tuple[int, bytes]], size: int) -> Iterator[list[tuple[int, bytes]]]:
-    chunk: list[tuple[int, bytes]] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def _error(number: int, message: str) -> dict[str, Any]:
-    return {"error": f"line {number}: {message}", "line": number}
-
-
 def parse_line(raw: bytes, config: StructureRewardConfig) -> ScoreRequest:
-    """Decode, parse and validate one input line; :class:`RequestError` says what is wrong."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RequestError(f"invalid UTF-8 at byte {e.start + 1} of the line") from e
-    if not text.strip():
-        raise RequestError("empty line (expected a JSON object)")
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RequestError(f"invalid JSON: {e.msg} at column {e.colno}") from e
-    except RecursionError as e:
-        raise RequestError("invalid JSON: nested too deeply") from e
-    except ValueError as e:  # an integer past Python's int-string digit limit
-        raise RequestError(f"invalid JSON: {str(e).split(';')[0]}") from e
-    return parse_request(obj, config)
+    """Decode, parse and validate one input line; a ValueError subclass says what is wrong."""
+    return parse_request(lines.decode_json(raw), config)
 
 
 def _needs_text(request: ScoreRequest) -> bool:
@@ -202,16 +127,16 @@ def _needs_text(request: ScoreRequest) -> bool:
 
 
 def score_chunk(
-    lines: list[tuple[int, bytes]], config: StructureRewardConfig, embedder: _LazyEmbedder
+    chunk: list[tuple[int, bytes]], config: StructureRewardConfig, embedder: _LazyEmbedder
 ) -> list[dict[str, Any]]:
     """Parse and score one chunk; returns one output object per line, in order."""
     outputs: dict[int, dict[str, Any]] = {}
     parsed: list[tuple[int, ScoreRequest]] = []
-    for number, line in lines:
+    for number, line in chunk:
         try:
             parsed.append((number, parse_line(line, config)))
-        except _LINE_ERRORS as e:
-            outputs[number] = _error(number, str(e) or type(e).__name__)
+        except lines.LINE_ERRORS as e:
+            outputs[number] = lines.line_error(number, str(e) or type(e).__name__)
     ready = [(n, r) for n, r in parsed if not _needs_text(r)]  # labels/embeddings, or no steps
     text = [(n, r) for n, r in parsed if _needs_text(r)]
     if text:
@@ -219,10 +144,10 @@ def score_chunk(
     results = score_isolated([r for _, r in ready], config)
     for (number, _), result in zip(ready, results, strict=True):
         if isinstance(result, ScoringFailure):
-            outputs[number] = _error(number, f"scoring failed: {result.message}")
+            outputs[number] = lines.line_error(number, f"scoring failed: {result.message}")
         else:
             outputs[number] = result.to_dict()
-    return [outputs[number] for number, _ in lines]
+    return [outputs[number] for number, _ in chunk]
 
 
 def _embed(
@@ -237,12 +162,12 @@ def _embed(
     except (typer.Exit, RuntimeError, ValueError) as e:
         reason = str(e) or "could not build the embedder (see the message above)"
         for number, _ in text:
-            outputs[number] = _error(number, f"embedder unavailable: {reason}")
+            outputs[number] = lines.line_error(number, f"embedder unavailable: {reason}")
         return []
     try:
         embedded = embed_requests([r for _, r in text], model)
     except (RuntimeError, ValueError) as e:  # the embedding service down, a bad reply
         for number, _ in text:
-            outputs[number] = _error(number, f"embedding failed: {e}")
+            outputs[number] = lines.line_error(number, f"embedding failed: {e}")
         return []
     return [(number, r) for (number, _), r in zip(text, embedded, strict=True)]
