@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sarl.embedding.spans import step_char_spans, step_token_positions, token_char_spans
+from sarl.embedding.spans import step_token_positions, token_char_spans
 from sarl.rewards.structure.config import StructureRewardConfig
-from sarl.rewards.structure.segmentation import extract_steps
+from sarl.rewards.structure.segmentation import extract_steps, step_char_spans
 from sarl.tasks.generators import make_problems
 from sarl.tasks.traces import structured_trace
 

@@ -50,12 +50,8 @@ from sarl.embedding.hidden_states import (
     pool_layer,
     resolve_layer,
 )
-from sarl.embedding.spans import (
-    SegmentationSettings,
-    step_char_spans,
-    step_token_positions,
-    token_char_spans,
-)
+from sarl.embedding.spans import SegmentationSettings, step_token_positions, token_char_spans
+from sarl.rewards.structure.segmentation import step_char_spans
 
 DEFAULT_BATCH_SIZE = 8  # completions per forward pass
 

@@ -6,13 +6,10 @@ Python, no torch; the tokenizer is any Hugging Face tokenizer (duck-typed).
 
 Three pieces:
 
-* :func:`step_char_spans` — the ``[start, end)`` character span of every step that the structure
-  reward's segmentation (``sarl.rewards.structure.segmentation.extract_steps``) produces, in the
-  same order and with the same cap: ``response[a:b]`` is that step's text. It re-derives the
-  segmentation with offsets instead of calling ``extract_steps``, which returns texts only; the
-  tests check both agree on generated inputs, and the policy embedder checks at run time that the
-  steps it is asked to embed are exactly these spans' texts, so a change of the segmentation
-  fails loudly instead of pooling the wrong tokens.
+* :func:`step_char_spans` (from the structure reward's own segmentation module, where
+  ``extract_steps`` is built on it) — the ``[start, end)`` character span of every scored step;
+  the policy embedder still checks at run time that the steps it is asked to embed are exactly
+  these spans' texts.
 * :func:`token_char_spans` — the decoded text of token ids (as TRL decodes completions:
   ``skip_special_tokens=True``) and the character span of every token in it (special tokens get
   empty spans). Fast path: re-encode the text with offsets (``return_offsets_mapping``) when that
@@ -31,73 +28,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from sarl.rewards.structure.config import StructureRewardConfig
+from sarl.rewards.structure.segmentation import Span
 
 #: Prefixes decoded per tokenizer call on the exact (non-canonical) path: bounds memory.
 _PREFIX_CHUNK = 256
 
 
-class SegmentationSettings(Protocol):
-    """The fields of ``StructureRewardConfig`` that decide where steps are (read-only)."""
-
-    @property
-    def delimiter(self) -> str: ...
-    @property
-    def think_open(self) -> str: ...
-    @property
-    def think_close(self) -> str: ...
-    @property
-    def missing_think(self) -> str: ...
-    @property
-    def max_steps(self) -> int: ...
-
-
-Span = tuple[int, int]
-
-
-def reasoning_span(response: str, settings: SegmentationSettings) -> Span | None:
-    """``[start, end)`` of the text inside the first ``<think>`` block, or None when there is none.
-
-    Same rules as ``segmentation.reasoning_block``: text before ``<think>`` is ignored; an
-    unclosed block runs to the end; with no ``<think>`` but a ``</think>`` (templates that put
-    ``<think>`` in the prompt) everything before the closing tag is the block.
-    """
-    start = response.find(settings.think_open)
-    if start < 0:
-        close = response.find(settings.think_close)
-        return (0, close) if close >= 0 else None
-    body = start + len(settings.think_open)
-    end = response.find(settings.think_close, body)
-    return (body, len(response)) if end < 0 else (body, end)
-
-
-def step_char_spans(response: str, settings: SegmentationSettings) -> list[Span]:
-    """Character spans of the steps ``extract_steps(response, settings)`` returns, in order.
-
-    Parts between delimiters are stripped of whitespace (``str.strip``), empty parts are dropped
-    and only the first ``max_steps`` are kept, as the structure reward does.
-    """
-    block = reasoning_span(response, settings)
-    if block is None:
-        block = (0, len(response)) if settings.missing_think == "whole_response" else (0, 0)
-    lo, hi = block
-    spans: list[Span] = []
-    pos = lo
-    while len(spans) < settings.max_steps:
-        cut = response.find(settings.delimiter, pos, hi)  # str.split's cuts, left to right
-        end = hi if cut < 0 else cut
-        part = response[pos:end]
-        a = pos + (len(part) - len(part.lstrip()))
-        b = end - (len(part) - len(part.rstrip()))
-        if a < b:
-            spans.append((a, b))
-        if cut < 0:
-            break
-        pos = cut + len(settings.delimiter)
-    return spans
+#: The structure reward's settings that decide where steps are.
+SegmentationSettings = StructureRewardConfig
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,11 @@ class Steps:
     has_think: bool
 
 
-def reasoning_block(response: str, config: StructureRewardConfig) -> str | None:
-    """Return the text inside the first ``<think>`` block, or None when there is none.
+Span = tuple[int, int]
+
+
+def reasoning_span(response: str, config: StructureRewardConfig) -> Span | None:
+    """``[start, end)`` of the text inside the first ``<think>`` block, or None when there is none.
 
     An unclosed block runs to the end of the response (generation was cut at the length limit,
     the reasoning so far is still reasoning). Text before ``<think>`` is ignored, because chat
@@ -31,10 +34,47 @@ def reasoning_block(response: str, config: StructureRewardConfig) -> str | None:
         # Some templates (Qwen3) put "<think>" in the prompt, so the completion only has the
         # closing tag: everything before it is the reasoning block.
         close = response.find(config.think_close)
-        return response[:close] if close >= 0 else None
-    body_start = start + len(config.think_open)
-    end = response.find(config.think_close, body_start)
-    return response[body_start:] if end < 0 else response[body_start:end]
+        return (0, close) if close >= 0 else None
+    body = start + len(config.think_open)
+    end = response.find(config.think_close, body)
+    return (body, len(response)) if end < 0 else (body, end)
+
+
+def reasoning_block(response: str, config: StructureRewardConfig) -> str | None:
+    """The text inside the first ``<think>`` block (see :func:`reasoning_span`), or None."""
+    span = reasoning_span(response, config)
+    return None if span is None else response[span[0] : span[1]]
+
+
+def _spans(response: str, config: StructureRewardConfig, limit: int) -> list[Span]:
+    """Up to ``limit`` step spans: the reasoning block cut at each delimiter (``str.split``'s
+    cuts, left to right), each part stripped of whitespace (``str.strip``), empty parts dropped.
+    Linear in the response; stops after ``limit`` steps."""
+    block = reasoning_span(response, config)
+    if block is None:
+        block = (0, len(response)) if config.missing_think == "whole_response" else (0, 0)
+    lo, hi = block
+    spans: list[Span] = []
+    pos = lo
+    while len(spans) < limit:
+        cut = response.find(config.delimiter, pos, hi)
+        end = hi if cut < 0 else cut
+        part = response[pos:end]
+        a = pos + (len(part) - len(part.lstrip()))
+        b = end - (len(part) - len(part.rstrip()))
+        if a < b:
+            spans.append((a, b))
+        if cut < 0:
+            break
+        pos = cut + len(config.delimiter)
+    return spans
+
+
+def step_char_spans(response: str, config: StructureRewardConfig) -> list[Span]:
+    """``[start, end)`` of every scored step, in order (``response[a:b]`` is the step's text):
+    what :func:`extract_steps` returns, with positions. The policy embedder
+    (``sarl.embedding.spans``) maps these to tokens."""
+    return _spans(response, config, config.max_steps)
 
 
 def extract_steps(response: str, config: StructureRewardConfig) -> Steps:
@@ -43,11 +83,9 @@ def extract_steps(response: str, config: StructureRewardConfig) -> Steps:
     No reasoning block: the whole response is segmented (``missing_think='whole_response'``) or
     there are no steps (``'no_steps'``).
     """
-    block = reasoning_block(response, config)
-    has_think = block is not None
-    if block is None:
-        block = response if config.missing_think == "whole_response" else ""
-    steps = [part.strip() for part in block.split(config.delimiter)]
-    steps = [s for s in steps if s]
-    truncated = len(steps) > config.max_steps
-    return Steps(texts=tuple(steps[: config.max_steps]), truncated=truncated, has_think=has_think)
+    spans = _spans(response, config, config.max_steps + 1)  # one more tells whether it was cut
+    return Steps(
+        texts=tuple(response[a:b] for a, b in spans[: config.max_steps]),
+        truncated=len(spans) > config.max_steps,
+        has_think=reasoning_span(response, config) is not None,
+    )
