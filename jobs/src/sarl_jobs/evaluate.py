@@ -176,6 +176,7 @@ def _tracker(exp: Experiment, origin: str) -> Iterator[Any]:
     """The MLflow run to log into: ``MLFLOW_RUN_ID`` (status restored at the end) or new."""
     import yaml
 
+    from sarl.spec.secrets import redact
     from sarl.tracking.store import default_tracking_uri, make_client, preflight
     from sarl.tracking.tracker import Tracker, TrackingError, flatten_params
 
@@ -188,7 +189,7 @@ def _tracker(exp: Experiment, origin: str) -> Iterator[Any]:
     tags = {"sarl.eval.model": origin[:5000]}
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
-        spec = exp.model_dump(mode="json")
+        spec = redact(exp.model_dump(mode="json"))  # params and the spec artifact
         tracking = exp.spec.tracking
         with Tracker.start(
             uri, tracking.experiment_name or exp.name, f"{exp.name}-eval",

@@ -28,6 +28,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from sarl.spec.experiment import API_VERSION, KIND, Experiment, Metadata
+from sarl.spec.secrets import redact
 from sarl.spec.study import LABEL_STUDY, Study, StudyRun
 from sarl_operator import builders, evaluation
 from sarl_operator.kube import controlled_by
@@ -104,8 +105,10 @@ def report_uri(parent_run_id: str) -> str:
 
 
 def configmap(study: Study, namespace: str) -> dict[str, Any]:
-    """ConfigMap ``<study>-config`` holding the validated Study as ``study.yaml``."""
-    doc = study.model_dump(mode="json")
+    """ConfigMap ``<study>-config`` holding the validated Study as ``study.yaml``, redacted
+    (:func:`sarl.spec.secrets.redact`; a no-op on a validated Study): the report Job logs it to
+    the parent MLflow run."""
+    doc = redact(study.model_dump(mode="json"))
     doc["metadata"]["namespace"] = namespace
     return {
         "apiVersion": "v1",

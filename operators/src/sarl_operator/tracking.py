@@ -28,6 +28,7 @@ from typing import Any, Final
 import httpx
 
 from sarl.http.retry import backoff_delay, is_transient_status, one_line
+from sarl.spec.secrets import redact
 from sarl.tracking.metrics import REWARD_MEAN
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,11 @@ def uid_filter(uid: str) -> str:
 
 
 def run_tags(name: str, namespace: str, uid: str, extra: Mapping[str, str]) -> list[dict[str, str]]:
-    """The run's tags: the user's ``spec.tracking.tags`` and sarl's own (which win)."""
-    tags = {**extra, EXPERIMENT_TAG: name, NAMESPACE_TAG: namespace, UID_TAG: uid}
-    return [{"key": k, "value": v} for k, v in tags.items()]
+    """The run's tags: the user's ``spec.tracking.tags`` and sarl's own (which win), redacted
+    (:func:`sarl.spec.secrets.redact`: validation refuses credentials; this catches any that
+    slips through)."""
+    tags = redact({**extra, EXPERIMENT_TAG: name, NAMESPACE_TAG: namespace, UID_TAG: uid})
+    return [{"key": k, "value": str(v)} for k, v in tags.items()]
 
 
 def run_ref(payload: Mapping[str, Any]) -> RunRef:

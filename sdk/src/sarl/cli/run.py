@@ -1,6 +1,7 @@
 """``sarl run``, ``sarl validate``, ``sarl presets`` and ``sarl rewards``: Experiments from the
 command line. ``run --local`` trains here (see ``sarl.runner.local``); errors in the spec or in
-preflight print one line and exit 2; a failure during training exits 1.
+preflight print one line and exit 2; a failure during training exits 1; Ctrl-C, SIGTERM or SIGHUP
+exit 128 + the signal number; ``--resume`` of a finished run prints one line and exits 0.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def run_command(
             f"sarl run trains on this machine only with --local; to run {exp.name!r} on a "
             f"cluster use `sarl submit {experiment}`"
         )
+    from sarl.runner.interrupt import Terminated
     from sarl.runner.local import LocalOptions, run_local
     from sarl.storage import StorageError
     from sarl.tracking.tracker import TrackingError
@@ -63,6 +65,20 @@ def run_command(
     except (StorageError, TrackingError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(code=1) from e
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
+        signum = e.signum if isinstance(e, Terminated) else 2  # SIGINT
+        typer.echo(
+            f"{exp.name}: {e or 'interrupted'} (MLflow run closed KILLED); continue with "
+            f"`sarl run {experiment} --local --resume`",
+            err=True,
+        )
+        raise typer.Exit(code=128 + signum) from e
+    if result.already_finished:
+        typer.echo(
+            f"{exp.name}: MLflow run {result.run_id} already finished at step {result.steps}; "
+            "nothing to resume (raise spec.algorithm.max_steps to train further)"
+        )
+        return
     _print_summary(exp.name, result)
 
 
@@ -102,19 +118,21 @@ def validate_command(experiment: FileArg) -> None:
     import yaml
 
     from sarl.spec.loader import SpecError, load_document, load_experiment, validate_study
+    from sarl.spec.secrets import redact
     from sarl.spec.study import is_study_document
 
     try:
         data, label = load_document(experiment)
         if is_study_document(data):
             runs = validate_study(data, label).runs()
-            docs = [r.experiment.model_dump(mode="json") for r in runs]
+            docs = [redact(r.experiment.model_dump(mode="json")) for r in runs]
             typer.echo(yaml.safe_dump_all(docs, sort_keys=False))
             return
         exp = load_experiment(experiment)
     except SpecError as e:
         raise fail(str(e)) from e
-    typer.echo(yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False))
+    # Validation refused credentials; redacting is for any rule the refusal might miss.
+    typer.echo(yaml.safe_dump(redact(exp.model_dump(mode="json")), sort_keys=False))
 
 
 def presets_command() -> None:

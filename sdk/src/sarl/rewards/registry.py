@@ -83,10 +83,16 @@ def parse_settings(name: str, settings: Mapping[str, Any] | BaseModel | None) ->
     try:
         return cls.Settings.model_validate(raw)
     except ValidationError as e:
+        # Imported here: sarl.spec imports this module. The value may be a credential (a URL
+        # with user:password@, a token): redacted, and the message too.
+        from sarl.spec.secrets import redact, redact_text
+
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
+        key = str(first["loc"][-1]) if first["loc"] else ""
+        value = redact(first.get("input"), key)
         raise RewardConfigError(
-            f"reward {name!r}: setting {loc!r}={first.get('input')!r}: {first['msg']}"
+            redact_text(f"reward {name!r}: setting {loc!r}={value!r}: {first['msg']}")
         ) from e
 
 

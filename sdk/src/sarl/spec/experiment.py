@@ -12,6 +12,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sarl.spec.secrets import refuse_secrets
+
 API_VERSION: Final = "sarl.dev/v1alpha1"
 KIND: Final = "Experiment"
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -21,7 +23,9 @@ _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # hide_input_in_errors: str(ValidationError) would print the offending input, which may be a
+    # credential; the loader prints it from .errors(), redacted (sarl.spec.secrets).
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class Metadata(_Strict):
@@ -409,6 +413,14 @@ class ExperimentSpec(_Strict):
         given = {k: _explicit(v) for k, v in data.items()}
         return deep_merge(preset(str(data["preset"])), given)
 
+    # Defined after _apply_preset so that it runs first (pydantic runs "before" validators last
+    # defined first): nothing may echo a credential before this refuses it.
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        refuse_secrets(data)  # SecretInSpecError naming the field, never the value
+        return data
+
     preset: str | None = Field(
         default=None,
         description="Named preset applied under this spec "
@@ -455,6 +467,14 @@ class Experiment(_Strict):
     kind: Literal["Experiment"] = KIND
     metadata: Metadata
     spec: ExperimentSpec = Field(default_factory=ExperimentSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        """Refuse credentials anywhere in the document (sarl.spec.secrets), before any field
+        is validated, so that no other error can echo one; the path starts at the root."""
+        refuse_secrets(data)
+        return data
 
     @property
     def name(self) -> str:

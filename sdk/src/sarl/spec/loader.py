@@ -2,7 +2,10 @@
 
 Called by ``sarl run``/``sarl validate``, ``sarl.Client`` and the operator. Errors name the
 field path and the offending value, e.g.
-``spec.algorithm.learning_rate=-1.0: Input should be greater than 0``.
+``spec.algorithm.learning_rate=-1.0: Input should be greater than 0``. A value that looks like a
+credential is never shown: the models refuse credentials first, naming only the field
+(:mod:`sarl.spec.secrets`), values shown in other errors are redacted, and every message goes
+through :func:`~sarl.spec.secrets.redact_text`.
 """
 
 from __future__ import annotations
@@ -14,18 +17,32 @@ from pydantic import ValidationError
 
 from sarl.rewards.registry import RewardConfigError
 from sarl.spec.experiment import Experiment
+from sarl.spec.secrets import SecretInSpecError, redact, redact_text
 from sarl.spec.study import Study, StudyFieldError
 
 _MAX_VALUE = 80
 
 
 class SpecError(ValueError):
-    """An Experiment document is invalid; the message is one line naming field and value."""
+    """An Experiment document is invalid; the message is one line naming field and value.
+
+    The message is passed through :func:`redact_text` (URL credentials, token shapes), whatever
+    built it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_text(message))
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
+def _show(value: Any, key: str = "") -> str:
+    """The value as the message prints it: redacted (``key`` is the field's name), then cut."""
+    text = repr(redact(value, key))
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
+
+
+def _key(loc: Any) -> str:
+    """The field name a dotted path or pydantic loc ends with (for key-based redaction)."""
+    parts = loc.split(".") if isinstance(loc, str) else [p for p in loc if isinstance(p, str)]
+    return str(parts[-1]) if parts else ""
 
 
 def format_validation_error(err: ValidationError, source: str = "") -> str:
@@ -38,11 +55,16 @@ def format_validation_error(err: ValidationError, source: str = "") -> str:
     if isinstance(ctx_err, RewardConfigError):
         msg = str(ctx_err)
     where = f"{source}: " if source else ""
-    value = "" if first["type"] == "missing" else f"={_show(first.get('input'))}"
-    if isinstance(ctx_err, StudyFieldError):  # a cross-field Study rule names its own field
-        loc, value, msg = ctx_err.loc, f"={_show(ctx_err.value)}", ctx_err.message
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}{loc or 'document'}{value}: {msg}{more}"
+    if isinstance(ctx_err, SecretInSpecError):  # names the field, never the value
+        return redact_text(f"{where}{ctx_err.describe(loc)}{more}")
+    value = (
+        "" if first["type"] == "missing" else f"={_show(first.get('input'), _key(first['loc']))}"
+    )
+    if isinstance(ctx_err, StudyFieldError):  # a cross-field Study rule names its own field
+        loc, value = ctx_err.loc, f"={_show(ctx_err.value, _key(ctx_err.loc))}"
+        msg = ctx_err.message
+    return redact_text(f"{where}{loc or 'document'}{value}: {msg}{more}")
 
 
 def load_experiment(source: str | Path | dict[str, Any] | Experiment) -> Experiment:
@@ -115,6 +137,6 @@ def validate_study(data: dict[str, Any], label: str = "") -> Study:
         raise SpecError(format_validation_error(e, label)) from e
     except StudyFieldError as e:
         where = f"{label}: " if label else ""
-        raise SpecError(f"{where}{e.loc}={_show(e.value)}: {e.message}") from e
+        raise SpecError(f"{where}{e.loc}={_show(e.value, _key(e.loc))}: {e.message}") from e
     except (RewardConfigError, ValueError) as e:
         raise SpecError(f"{label + ': ' if label else ''}{e}") from e

@@ -29,6 +29,13 @@ from sarl.spec.experiment import (
     _Strict,
 )
 from sarl.spec.presets import deep_merge
+from sarl.spec.secrets import (
+    REDACTED,
+    SecretInSpecError,
+    join_path,
+    redact,
+    refuse_secrets,
+)
 
 STUDY_KIND: Final = "Study"
 #: Labels every run of a Study carries (Kubernetes objects and the Experiment's metadata).
@@ -51,7 +58,7 @@ class StudyFieldError(ValueError):
         self.loc = loc
         self.value = value
         self.message = message
-        super().__init__(f"{loc}={value!r}: {message}")
+        super().__init__(f"{loc}={redact(value, loc.rsplit('.', 1)[-1])!r}: {message}")
 
 
 class StudyArm(_Strict):
@@ -176,6 +183,8 @@ def arm_spec(base: ExperimentSpec, arm: StudyArm, *, index: int) -> ExperimentSp
         where = f"spec.arms[{index}].override" if own else f"spec.arms[{index}] (base + override)"
         msg = str(first["msg"]).removeprefix("Value error, ")
         ctx = (first.get("ctx") or {}).get("error")
+        if isinstance(ctx, SecretInSpecError):  # Study._no_secrets catches documents first
+            raise StudyFieldError(join_path(where, ctx.finding.path), REDACTED, ctx.reason) from e
         if ctx is not None and not isinstance(ctx, str):
             msg = str(ctx)
         value = None if first["type"] == "missing" else first.get("input")
@@ -200,6 +209,14 @@ class Study(_Strict):
     kind: Literal["Study"] = STUDY_KIND
     metadata: Metadata
     spec: StudySpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        """Refuse credentials anywhere in the document, the base and every arm's override
+        included (sarl.spec.secrets), before any field is validated."""
+        refuse_secrets(data)
+        return data
 
     @model_validator(mode="after")
     def _names_fit(self) -> Study:

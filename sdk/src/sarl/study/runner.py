@@ -125,6 +125,7 @@ def _parent_tracker(study: Study, tracking_uri: str) -> Any:
     """The Study's parent run: the newest one of this exact document, else a new one."""
     import yaml
 
+    from sarl.spec.secrets import redact
     from sarl.tracking.store import guarded, make_client
     from sarl.tracking.tracker import STUDY_SPEC_ARTIFACT, Tracker, flatten_params
 
@@ -152,7 +153,7 @@ def _parent_tracker(study: Study, tracking_uri: str) -> Any:
         )
         if found:
             return Tracker.resume(tracking_uri, found[0].info.run_id)
-    doc = study.model_dump(mode="json")
+    doc = redact(study.model_dump(mode="json"))  # the stored Study document
     return Tracker.start(
         tracking_uri,
         study.mlflow_experiment,

@@ -1,13 +1,17 @@
 """MLflow params from a nested spec: :func:`flatten_params` and MLflow's size limits.
 
 Called by the local runner (``Tracker.start(params=flatten_params(spec))``) and the tracker,
-which cuts every param value to the limit. No MLflow import.
+which cuts every param value to the limit. Secret-looking values are redacted here
+(:func:`sarl.spec.secrets.redact`; validation refuses them, this is for any that slip through).
+No MLflow import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from sarl.spec.secrets import redact
 
 # MLflow 3.17's limits (mlflow/utils/validation.py), copied so this module imports without MLflow;
 # a test checks they still match the installed MLflow.
@@ -25,10 +29,12 @@ def flatten_params(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     order); list items keep their order under their index; an empty mapping or list is one param
     ``"{}"``/``"[]"`` so it stays visible; ``None``/``True``/``False`` become
     ``null``/``true``/``false`` as in the YAML; other values ``str()``. Values longer than MLflow's
-    limit (:data:`MAX_PARAM_VALUE_LENGTH`) are cut and end in ``...[truncated]``.
+    limit (:data:`MAX_PARAM_VALUE_LENGTH`) are cut and end in ``...[truncated]``. Secret-looking
+    values (a URL's ``user:password@``, token shapes, literals under keys such as ``password``)
+    are redacted to ``***`` first.
     """
     out: dict[str, str] = {}
-    _flatten_into(out, d, prefix)
+    _flatten_into(out, redact(d), prefix)
     return out
 
 
