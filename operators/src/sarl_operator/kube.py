@@ -7,6 +7,8 @@ handler unit tests, and the real class against kmock's emulator in ``tests/opera
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -79,7 +81,12 @@ class DynamicKubeApi:
             except config.ConfigException:
                 config.load_kube_config()
             api_client = client.ApiClient()
-        self._client = dynamic.DynamicClient(api_client)
+        # The client's default discovery cache is a file shared by every process talking to the
+        # same host (``$TMPDIR/osrcp-<md5(host)>.json``): a stale one says a kind is served after
+        # its CRD went away (or another server took the address). Each instance discovers anew.
+        self._cache_dir = tempfile.TemporaryDirectory(prefix="sarl-kube-discovery-")
+        cache_file = os.path.join(self._cache_dir.name, "discovery.json")
+        self._client = dynamic.DynamicClient(api_client, cache_file=cache_file)
         self._timeout_s = timeout_s
 
     def _resource(self, api_version: str, kind: str) -> Any:

@@ -131,16 +131,32 @@ def _setup_script(pod: _Pod, attempt: Path) -> str:
         lines += [f"mkdir -p {target}", f"mount --bind {source} {target}"]
         if mount.get("readOnly"):
             lines.append(f"mount -o remount,bind,ro {target}")
-    (attempt / "tmp").mkdir()
-    (attempt / "tmp").chmod(0o1777)  # as /tmp is (mkdir's mode is masked)
+    fresh_tmp = attempt / "tmp"
+    fresh_tmp.mkdir()
+    fresh_tmp.chmod(0o1777)  # as /tmp is (mkdir's mode is masked)
+    # What the container runs from (this checkout, its venv) may itself be under /tmp (a CI
+    # clone in /tmp): bind it into the fresh /tmp at the same place, as an image would carry it.
+    for path in host_paths_under_tmp():
+        inside = fresh_tmp / Path(path).relative_to("/tmp")
+        inside.mkdir(parents=True, exist_ok=True)
+        lines.append(f"mount --rbind {q(path)} {q(str(inside))}")
     lines += [
         f"mount --bind {q(str(pod.root / 'hosts'))} /etc/hosts",
-        f"mount --bind {q(str(attempt / 'tmp'))} /tmp",  # last: the sources above may be in /tmp
+        # Last: the sources above may be in /tmp. rbind: it carries the checkout's mount.
+        f"mount --rbind {q(str(fresh_tmp))} /tmp",
         f"hostname {q(pod.replica.name)}",
         "cd /",
         'exec "$@"',
     ]
     return "\n".join(lines)
+
+
+def host_paths_under_tmp() -> list[str]:
+    """This checkout and the interpreter's prefix (the venv), where they lie below /tmp;
+    nested ones are left out (their parent carries them)."""
+    repo = Path(__file__).resolve().parents[3]
+    found = sorted({str(p) for p in (repo, Path(sys.prefix).resolve()) if p.is_relative_to("/tmp")})
+    return [p for p in found if not any(p.startswith(o + "/") for o in found if o != p)]
 
 
 def _exists(mount: Mapping[str, Any]) -> bool:
