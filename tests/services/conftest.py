@@ -7,6 +7,10 @@
   down or make it fail.
 * ``loading``: one embedding and one reward service whose ``load()`` is delayed for an hour,
   to observe the not-ready state.
+* ``guarded``: a reward service deployed with secrets in its environment, the ``rlkd``
+  decomposer pointed (by the operator's ``--reward-settings``) at a :class:`HeaderRecorder`,
+  and an operator maximum ``--max-setting structure.max_steps=64``: the target of the
+  hostile-settings tests.
 
 All are started together on first use (start-up dominates the suite's time) and their process
 groups are stopped at the end of the session.
@@ -14,8 +18,11 @@ groups are stopped at the end of the session.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -48,22 +55,70 @@ class Loading:
     reward: ServiceProcess
 
 
+#: In the guarded service's environment: the operator's key for the decomposer, and a secret
+#: no request may reach (standing for AWS_SECRET_ACCESS_KEY and the like).
+OPERATOR_KEY = ("SARL_TEST_OPERATOR_KEY", "operator-token")
+SECRET = ("SARL_TEST_SECRET", "s3cr3t-value-that-must-never-leave")
+GUARDED_MAX_STEPS = 64
+
+
+class HeaderRecorder:
+    """A loopback HTTP server that records each request's path and Authorization header and
+    answers 503 (the rlkd decomposer the guarded service calls)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str | None]] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                recorder.seen.append((self.path, self.headers.get("Authorization")))
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@dataclass
+class Guarded:
+    reward: ServiceProcess
+    decomposer: HeaderRecorder
+
+
 @dataclass
 class _Services:
     stack: Stack
     fake: FakeStack
     loading: Loading
+    guarded: Guarded
 
 
 @pytest.fixture(scope="session")
 def _services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Services]:
     logs: Path = tmp_path_factory.mktemp("service-logs")
     fake_embedder = EmbeddingServer().start()
+    decomposer = HeaderRecorder()
     started: list[ServiceProcess] = []
 
-    def start(kind: str, *args: str) -> ServiceProcess:
-        started.append(start_service(kind, args, log_dir=logs))
+    def start(kind: str, *args: str, env: dict[str, str] | None = None) -> ServiceProcess:
+        started.append(start_service(kind, args, log_dir=logs, env=env))
         return started[-1]
+
+    rlkd_settings = logs / "rlkd.json"
+    decomposer_settings = {"url": decomposer.url, "model": "decomposer", "max_retries": 0}
+    decomposer_settings["api_key_env"] = OPERATOR_KEY[0]
+    rlkd_settings.write_text(json.dumps({"decomposer": decomposer_settings, "on_failure": "nan"}))
 
     try:
         embedding = start("embedding", *EMBEDDING_ARGS)
@@ -79,13 +134,23 @@ def _services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Services]:
         loading = Loading(
             start("embedding", "--load-delay", "3600"), start("reward", "--load-delay", "3600")
         )
-        for service in (reward, fake_reward, embedding):
+        guarded_reward = start(
+            "reward", "--embedder", "openai", "--embedding-url", fake_embedder.url,
+            "--embedding-model", "fake", "--reward-settings", f"rlkd={rlkd_settings}",
+            "--max-setting", f"structure.max_steps={GUARDED_MAX_STEPS}",
+            env=dict([OPERATOR_KEY, SECRET]),
+        )  # fmt: skip
+        guarded = Guarded(guarded_reward, decomposer)
+        for service in (reward, fake_reward, guarded.reward, embedding):
             service.wait_until_ready()
-        yield _Services(Stack(embedding, reward), FakeStack(fake_embedder, fake_reward), loading)
+        yield _Services(
+            Stack(embedding, reward), FakeStack(fake_embedder, fake_reward), loading, guarded
+        )
     finally:
         for service in started:
             service.stop()
         fake_embedder.stop()
+        decomposer.stop()
 
 
 @pytest.fixture(scope="session")
@@ -105,6 +170,11 @@ def fake_stack(_services: _Services) -> Iterator[FakeStack]:
 @pytest.fixture(scope="session")
 def loading(_services: _Services) -> Loading:
     return _services.loading
+
+
+@pytest.fixture(scope="session")
+def guarded(_services: _Services) -> Guarded:
+    return _services.guarded
 
 
 @pytest.fixture(scope="session")

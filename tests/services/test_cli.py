@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 import typer
@@ -58,9 +59,19 @@ def test_broken_plugin_costs_one_warning_line(
             "http(s) URL",
         ),
         (["embedding", "--model", "/no/such/dir"], "--model: '/no/such/dir' is not a local"),
+        (["reward", "--max-setting", "structure.max_steps"], "expected REWARD.FIELD=NUMBER"),
+        (["reward", "--max-setting", "structure.max_steps=lots"], "expected REWARD.FIELD=NUMBER"),
+        (["reward", "--max-setting", "rlkd.decomposer=1"], "not a per-request setting"),
+        (
+            ["reward", "--reward-settings", "structure={structure}"],
+            "'embedder' is set with --embedder",
+        ),
     ],
 )
-def test_bad_settings_exit_2_with_one_line(args: list[str], message: str) -> None:
+def test_bad_settings_exit_2_with_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    structure = tmp_path / "structure.json"
+    structure.write_text('{"embedder": {"kind": "openai", "url": "http://x", "model": "m"}}')
+    args = [a.format(structure=structure) for a in args]
     result = _run("-m", "sarl.cli.main", "serve", *args)
     assert result.returncode == 2
     assert message in result.stderr and result.stderr.count("\n") == 1

@@ -127,11 +127,11 @@ def test_unknown_reward_is_404_listing_known(stack: Stack, name: str) -> None:
         ({"requests": [], "setting": {}}, "setting", "unknown field 'setting'"),
         ({"requests": [], "settings": [1]}, "settings", "an object"),
         ({"requests": [], "settings": {"max_steps": 0}}, "settings.max_steps", "greater than"),
-        ({"requests": [], "settings": {"colour": 1}}, "settings.colour", "Extra inputs"),
+        ({"requests": [], "settings": {"colour": 1}}, "settings.colour", "not settable per"),
         (
             {"requests": [], "settings": {"embedder": {"url": "http://x"}}},
             "settings.embedder",
-            "not per request",
+            "not settable per request",
         ),
         ([], None, "JSON object"),
     ],

@@ -9,6 +9,7 @@ on stderr before anything heavy is imported or started.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -152,6 +153,14 @@ def reward_command(
             "endpoint of structured_qa; repeatable. Requests cannot override endpoints.",
         ),
     ] = None,
+    max_settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--max-setting",
+            help="REWARD.FIELD=VALUE: the largest value a request may give a setting, e.g. "
+            "structure.max_steps=2048; repeatable (defaults: services/README.md).",
+        ),
+    ] = None,
 ) -> None:
     """Serve POST /v1/rewards/{name}: score batches with any registered reward."""
     from pydantic import ValidationError
@@ -163,6 +172,7 @@ def reward_command(
     from sarl_services._kserve import import_kserve
 
     import_kserve()
+    from sarl_services.request_settings import RequestSettingsPolicy
     from sarl_services.reward import RewardServiceSettings, serve_reward
 
     try:
@@ -180,6 +190,7 @@ def reward_command(
             max_body_bytes=max_body_bytes,
             max_items=max_items,
             reward_defaults=_reward_defaults(reward_settings or []),
+            request_settings=RequestSettingsPolicy().with_maxima(_max_settings(max_settings or [])),
         )
         # Check the URL or model path now (cheap: nothing loads), not later in the load thread.
         make_embedder(settings.embedder)
@@ -210,5 +221,27 @@ def _reward_defaults(specs: list[str]) -> dict[str, dict[str, Any]]:
         if not isinstance(data, dict):
             raise ValueError(f"--reward-settings {name}: {path!r} must hold a mapping")
         parse_settings(name, data)  # RewardConfigError (a ValueError) names the bad setting
+        service_only = sorted({"embedder", "workers"} & set(data)) if name == "structure" else []
+        if service_only:  # the service has one embedder for every request: its own flags
+            raise ValueError(
+                f"--reward-settings structure: {service_only[0]!r} is set with "
+                "--embedder/--embedding-* (the service's embedder), not in the settings file"
+            )
         out[name] = data
+    return out
+
+
+def _max_settings(specs: list[str]) -> dict[str, float]:
+    """Parse ``REWARD.FIELD=VALUE`` options (checked against the allow-list by the policy)."""
+    out: dict[str, float] = {}
+    for spec in specs:
+        key, sep, raw = spec.partition("=")
+        problem = ValueError(f"--max-setting: expected REWARD.FIELD=NUMBER, got {spec!r}")
+        try:
+            value = float(raw)
+        except ValueError as e:
+            raise problem from e
+        if not sep or "." not in key or math.isnan(value):
+            raise problem
+        out[key] = int(value) if value.is_integer() else value
     return out

@@ -9,14 +9,18 @@ Started by ``sarl serve embedding`` (:mod:`sarl_services.cli`); the reward servi
   "dimensions"?}`` -> ``{"id", "object": "list", "created", "model", "data": [{"object":
   "embedding", "index", "embedding"}], "usage": {"prompt_tokens", "total_tokens"}}``. Vectors are
   unit-norm (as vLLM returns them) and equal to :class:`~sarl.embedding.local.LocalEmbedder`'s.
-* ``GET /v1/models`` and ``GET /openai/v1/models``: the OpenAI model list; the body also carries
-  KServe's V1 ``"models"`` key, since this route shadows KServe's list on the same path.
-* KServe's own routes: ``GET /v1/models/<name>`` (200 once loaded, 503 before), V2 health,
-  ``POST /v1/models/<name>:predict`` with ``{"instances": [str, ...]}``, ``GET /metrics``.
+* ``GET /v1/models`` and ``GET /openai/v1/models``: the OpenAI model list (served name only);
+  the body also carries KServe's V1 ``"models"`` key, since this route shadows KServe's list.
+* ``POST /v1/models/<name>:predict`` (KServe V1) with ``{"instances": [str, ...]}`` ->
+  ``{"predictions": [[float]]}``: served here, not by KServe, so it has the same body, count and
+  size limits as ``/v1/embeddings``.
+* KServe's health, readiness (``GET /v1/models/<name>``: 200 once loaded, 503 before) and
+  ``GET /metrics``; every other KServe route is closed (:mod:`sarl_services.routes`).
 
-All inputs of one request are encoded in one ``encode`` call (duplicates once) on a single
-worker thread: a sentence-transformers model is not safe to call concurrently, and on CPU torch
-already uses every core for one batch.
+All inputs of one request are encoded on a single worker thread, 256 distinct strings per call
+(duplicates once): a sentence-transformers model is not safe to call concurrently, on CPU torch
+already uses every core for one batch, and between calls other requests take their turn and a
+request whose client has gone stops (:mod:`sarl_services.disconnect`).
 """
 
 from __future__ import annotations
@@ -32,20 +36,24 @@ from pathlib import Path
 from typing import Any
 
 import kserve
+import numpy as np
 import orjson
 from fastapi import APIRouter, Request, Response
-from kserve.errors import InvalidInput
 
 from sarl.embedding.base import FloatArray, normalize_rows
 from sarl.embedding.factory import DEFAULT_LOCAL_MODEL
 from sarl.embedding.local import resolve_model_path
 from sarl_services.body import read_json_object
+from sarl_services.disconnect import unless_disconnected
 from sarl_services.errors import BadRequest, NotFound, not_ready, service_route
 from sarl_services.metrics import EmbeddingMetrics
 
 #: The served name of the bundled model (the name clients send as ``model``).
 BUNDLED_NAME = "all-MiniLM-L6-v2"
 _PREFIXES = ("", "/openai")
+# Distinct strings per encode job (a multiple of the default batch size): requests of up to this
+# many strings are encoded in one call, exactly as before chunking.
+_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,39 @@ class EmbeddingRequest:
     encoding_format: str  # "float" | "base64"
 
 
+def check_inputs(raw: Any, field: str, settings: EmbeddingSettings) -> list[str]:
+    """The strings to embed, within the per-request limits; 400 naming ``field`` otherwise.
+    Shared by ``/v1/embeddings`` (``input``) and KServe V1 ``:predict`` (``instances``)."""
+    inputs = [raw] if isinstance(raw, str) else raw
+    if not isinstance(inputs, list):
+        raise BadRequest(
+            f"'{field}' is required and must be a string or a list of strings", param=field
+        )
+    if not inputs:
+        raise BadRequest(f"'{field}' must not be an empty list", param=field)
+    if len(inputs) > settings.max_inputs:
+        raise BadRequest(
+            f"'{field}' has {len(inputs)} items; the limit is {settings.max_inputs} per request",
+            param=field,
+        )
+    for i, text in enumerate(inputs):
+        # Token-id arrays are valid OpenAI input, but nothing in sarl sends them.
+        if not isinstance(text, str):
+            raise BadRequest(
+                f"{field}[{i}] must be a string, got {type(text).__name__}", param=field
+            )
+        if not text:
+            raise BadRequest(f"{field}[{i}] must not be an empty string", param=field)
+    chars = sum(len(t) for t in inputs)
+    if chars > settings.max_input_chars:
+        raise BadRequest(
+            f"'{field}' has {chars} characters; the limit is {settings.max_input_chars} per "
+            "request",
+            param=field,
+        )
+    return inputs
+
+
 def parse_embedding_request(
     payload: dict[str, Any], *, served_name: str, dim: int, settings: EmbeddingSettings
 ) -> EmbeddingRequest:
@@ -92,33 +133,7 @@ def parse_embedding_request(
         raise NotFound(
             f"model {model!r} does not exist; this server serves {served_name!r}", param="model"
         )
-    raw = payload.get("input")
-    inputs = [raw] if isinstance(raw, str) else raw
-    if not isinstance(inputs, list):
-        raise BadRequest(
-            "'input' is required and must be a string or a list of strings", param="input"
-        )
-    if not inputs:
-        raise BadRequest("'input' must not be an empty list", param="input")
-    if len(inputs) > settings.max_inputs:
-        raise BadRequest(
-            f"'input' has {len(inputs)} items; the limit is {settings.max_inputs} per request",
-            param="input",
-        )
-    for i, text in enumerate(inputs):
-        # Token-id arrays are valid OpenAI input, but nothing in sarl sends them.
-        if not isinstance(text, str):
-            raise BadRequest(
-                f"input[{i}] must be a string, got {type(text).__name__}", param="input"
-            )
-        if not text:
-            raise BadRequest(f"input[{i}] must not be an empty string", param="input")
-    chars = sum(len(t) for t in inputs)
-    if chars > settings.max_input_chars:
-        raise BadRequest(
-            f"'input' has {chars} characters; the limit is {settings.max_input_chars} per request",
-            param="input",
-        )
+    inputs = check_inputs(payload.get("input"), "input", settings)
     fmt = payload.get("encoding_format", "float")
     if fmt not in ("float", "base64"):
         raise BadRequest("'encoding_format' must be 'float' or 'base64'", param="encoding_format")
@@ -158,7 +173,11 @@ class EmbeddingModel(kserve.Model):  # type: ignore[misc]  # kserve ships no typ
     def encode(self, texts: list[str]) -> tuple[FloatArray, list[int]]:
         """Unit-norm ``(len(texts), dim)`` float32 rows and each text's token count (blocking)."""
         unique = list(dict.fromkeys(texts))
-        position = {t: i for i, t in enumerate(unique)}
+        vectors, tokens = self._encode_unique(unique)
+        rows = _rows(texts, unique)
+        return vectors[rows], [tokens[r] for r in rows]
+
+    def _encode_unique(self, unique: list[str]) -> tuple[FloatArray, list[int]]:
         raw = self._model.encode(
             unique,
             batch_size=self.settings.batch_size,
@@ -171,31 +190,28 @@ class EmbeddingModel(kserve.Model):  # type: ignore[misc]  # kserve ships no typ
         # usage.prompt_tokens as vLLM reports it: tokens per input after truncation.
         tokenize = self._model.tokenizer
         ids = tokenize(unique, truncation=True, max_length=self._model.max_seq_length)["input_ids"]
-        rows = [position[t] for t in texts]
-        return unit[rows], [len(ids[r]) for r in rows]
+        return unit, [len(i) for i in ids]
 
     async def aencode(self, texts: list[str]) -> tuple[FloatArray, list[int]]:
-        """:meth:`encode` on the model's single worker thread (requests take turns)."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.encode, texts)
+        """:meth:`encode` on the model's single worker thread, ``_CHUNK`` distinct strings per
+        job: requests take turns between jobs, and a cancelled request (its client gone) starts
+        no further job — a job still queued is dropped from the executor."""
+        unique = list(dict.fromkeys(texts))
+        loop = asyncio.get_running_loop()
+        parts: list[FloatArray] = []
+        tokens: list[int] = []
+        for start in range(0, len(unique), _CHUNK):
+            chunk = unique[start : start + _CHUNK]
+            vectors, counts = await loop.run_in_executor(self._executor, self._encode_unique, chunk)
+            parts.append(vectors)  # (len(chunk), dim)
+            tokens += counts
+        rows = _rows(texts, unique)
+        return np.concatenate(parts)[rows], [tokens[r] for r in rows]
 
-    async def predict(
-        self,
-        payload: Any,
-        headers: dict[str, str] | None = None,
-        response_headers: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """KServe V1 predict: ``{"instances": [str, ...]}`` -> ``{"predictions": [[float]]}``."""
-        instances = payload.get("instances") if isinstance(payload, dict) else None
-        if not (
-            isinstance(instances, list)
-            and instances
-            and all(isinstance(t, str) and t for t in instances)
-        ):
-            raise InvalidInput("'instances' must be a non-empty list of non-empty strings")
-        if len(instances) > self.settings.max_inputs:
-            raise InvalidInput(f"'instances' has more than {self.settings.max_inputs} items")
-        vectors, _ = await self.aencode(instances)
-        return {"predictions": vectors.tolist()}
+
+def _rows(texts: list[str], unique: list[str]) -> list[int]:
+    position = {t: i for i, t in enumerate(unique)}
+    return [position[t] for t in texts]
 
 
 def embedding_body(name: str, vectors: FloatArray, tokens: list[int], fmt: str) -> bytes:
@@ -235,9 +251,26 @@ def build_router(model: EmbeddingModel, metrics: EmbeddingMetrics) -> APIRouter:
         parsed = parse_embedding_request(
             payload, served_name=model.name, dim=model.dim, settings=settings
         )
-        vectors, tokens = await model.aencode(parsed.inputs)
+        vectors, tokens = await unless_disconnected(request, model.aencode(parsed.inputs))
         metrics.texts.inc(len(parsed.inputs))
         body = embedding_body(model.name, vectors, tokens, parsed.encoding_format)
+        return Response(body, media_type="application/json")
+
+    async def predict(model_name: str, request: Request) -> Response:
+        """KServe V1: ``{"instances": [str, ...]}`` -> ``{"predictions": [[float]]}``, under the
+        same body, count and size limits as ``/v1/embeddings`` (KServe's own route had none)."""
+        if model_name != model.name:
+            raise NotFound(
+                f"model {model_name!r} does not exist; this server serves {model.name!r}",
+                param="model_name",
+            )
+        if not model.ready:
+            raise not_ready(f"model {model.name!r}")
+        payload = await read_json_object(request, settings.max_body_bytes)
+        instances = check_inputs(payload.get("instances"), "instances", settings)
+        vectors, _ = await unless_disconnected(request, model.aencode(instances))
+        metrics.texts.inc(len(instances))
+        body = orjson.dumps({"predictions": vectors}, option=orjson.OPT_SERIALIZE_NUMPY)
         return Response(body, media_type="application/json")
 
     async def list_models() -> Response:
@@ -246,7 +279,7 @@ def build_router(model: EmbeddingModel, metrics: EmbeddingMetrics) -> APIRouter:
             "object": "model",
             "created": model.created,
             "owned_by": "sarl",
-            "root": str(model.model_path),
+            "root": model.name,  # the served name: the server's file system is not the client's
             "ready": model.ready,
         }
         body = {"object": "list", "data": [card], "models": [model.name]}
@@ -262,6 +295,12 @@ def build_router(model: EmbeddingModel, metrics: EmbeddingMetrics) -> APIRouter:
             route_class_override=metered,
         )
         router.add_api_route(f"{prefix}/v1/models", list_models, methods=["GET"])
+    router.add_api_route(
+        "/v1/models/{model_name}:predict",
+        predict,
+        methods=["POST"],
+        route_class_override=metered,
+    )
     return router
 
 

@@ -69,6 +69,14 @@ class Unavailable(ServiceError):
         self.kind = kind
 
 
+class ClientClosed(ServiceError):
+    """The client closed the connection before the answer was ready; its work was stopped.
+    Nobody reads the response; the status (nginx's 499) is for the metrics and the log."""
+
+    status = 499
+    kind = "client_closed_request"
+
+
 class UpstreamError(ServiceError):
     """502: a backend this service depends on (the embedding endpoint) failed."""
 

@@ -7,15 +7,18 @@ Routes:
   ``{"results": [result | {"error": "requests[i]: ..."}, ...]}`` in request order (items and
   results per reward: :mod:`sarl_services.scoring`). A bad item gets its own error and never
   fails the others. Whole-request problems get an OpenAI-style error body naming the field:
-  400 (not JSON, ``requests`` not a list, unknown top-level key, invalid ``settings``), 404
+  400 (not JSON, ``requests`` not a list, unknown top-level key, invalid ``settings``: only
+  the scoring knobs of :mod:`sarl_services.request_settings` and within their maxima), 404
   (unknown reward; the message lists the known ones), 413 (body over ``--max-body-bytes``, from
   ``Content-Length`` or while reading; more than ``--max-items`` items), 503 + Retry-After
   (still loading: type ``not_ready``; overloaded: type ``overloaded``, see
   :mod:`sarl_services.limits`), 502 (the embedder failed: the whole request fails, so a trainer
-  retries it rather than mistaking an outage for bad responses).
+  retries it rather than mistaking an outage for bad responses). A request whose client
+  disconnects leaves the queue or stops scoring (:mod:`sarl_services.disconnect`).
 * ``GET /v1/rewards``: the registered reward names.
 * KServe's routes: ``GET /v1/models/<name>`` readiness (503 until ``load()`` ran), V2 health,
-  and ``GET /metrics`` with the counters of :class:`~sarl_services.metrics.RewardMetrics`.
+  and ``GET /metrics`` with the counters of :class:`~sarl_services.metrics.RewardMetrics`;
+  every other KServe route is closed (:mod:`sarl_services.routes`).
 
 ``load()`` builds the step embedder once (``--embedder local``: loads the model; ``openai``: a
 client of an OpenAI-compatible endpoint such as ``sarl serve embedding``) and sets ``ready``.
@@ -29,21 +32,22 @@ from typing import Any
 import kserve
 import orjson
 from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel
 
 from sarl.embedding.factory import EmbedderConfig, make_embedder
 from sarl.rewards.registry import reward_names
-from sarl.spec.presets import deep_merge
+from sarl.rewards.structure.config import StructureRewardConfig
 from sarl_services.body import read_json_object
+from sarl_services.disconnect import unless_disconnected
 from sarl_services.errors import BadRequest, NotFound, PayloadTooLarge, not_ready, service_route
 from sarl_services.limits import ConcurrencyLimiter
 from sarl_services.metrics import RewardMetrics
-from sarl_services.scoring import (
-    ItemResult,
-    MeteredEmbedder,
-    refuse_endpoint_settings,
-    score_generic,
-    score_structure,
+from sarl_services.request_settings import (
+    RequestSettingsPolicy,
+    reward_settings_model,
+    validate_settings,
 )
+from sarl_services.scoring import ItemResult, MeteredEmbedder, score_generic, score_structure
 
 _TOP_LEVEL_KEYS = ("requests", "settings")
 
@@ -59,8 +63,10 @@ class RewardServiceSettings:
     max_body_bytes: int = 32 * 2**20
     max_items: int = 1024  # items per request; beyond: 413
     # Deployment-time settings per reward (``--reward-settings NAME=FILE``), e.g. the judge
-    # endpoint of structured_qa; request settings are merged on top but may not name endpoints.
+    # endpoint of structured_qa; a request's settings go on top, within ``request_settings``.
     reward_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What a request may set, and the maxima (``--max-setting``): request_settings.py.
+    request_settings: RequestSettingsPolicy = field(default_factory=RequestSettingsPolicy)
 
     def __post_init__(self) -> None:
         for option in ("max_concurrency", "max_body_bytes", "max_items"):
@@ -119,17 +125,20 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
         self.ready = True
         return True
 
-    async def score(
-        self, name: str, items: list[Any], settings: dict[str, Any] | None
-    ) -> list[ItemResult]:
+    def reward_settings(self, name: str, requested: dict[str, Any] | None) -> BaseModel:
+        """The settings reward ``name`` scores this request with: the service's defaults with
+        the request's allowed settings on top, validated (400 naming the field)."""
+        self.settings.request_settings.check(name, requested)
+        merged = {**self.settings.reward_defaults.get(name, {}), **(requested or {})}
+        return validate_settings(reward_settings_model(name), merged, requested)
+
+    async def score(self, name: str, items: list[Any], settings: BaseModel) -> list[ItemResult]:
         """Score ``items`` with reward ``name``; one result or error object per item."""
-        if name == "structure":
+        if isinstance(settings, StructureRewardConfig):  # reward "structure" (its scoring part)
             if self._embedder is None:
                 raise not_ready("reward service")
             return await score_structure(items, settings, self._embedder)
-        refuse_endpoint_settings(settings)
-        merged = deep_merge(self.settings.reward_defaults.get(name, {}), settings or {})
-        return await score_generic(name, items, merged or None)
+        return await score_generic(name, items, settings)
 
 
 def build_router(
@@ -151,9 +160,14 @@ def build_router(
             raise not_ready("reward service")
         check_reward(name)
         payload = await read_json_object(request, settings.max_body_bytes)
-        items, reward_settings = parse_body(payload, settings.max_items)
-        async with limiter.slot():
-            results = await model.score(name, items, reward_settings)
+        items, requested = parse_body(payload, settings.max_items)
+        reward_settings = model.reward_settings(name, requested)
+
+        async def queued_and_scored() -> list[ItemResult]:
+            async with limiter.slot():
+                return await model.score(name, items, reward_settings)
+
+        results = await unless_disconnected(request, queued_and_scored())
         failed = sum(1 for r in results if "error" in r)
         metrics.items.labels(reward=name).inc(len(results) - failed)
         metrics.item_errors.labels(reward=name).inc(failed)

@@ -2,48 +2,58 @@
 
 Called by :mod:`sarl_services.reward`; this is the thin adapter between HTTP and the pure
 scorers in the sdk. Every item gets either its result object or ``{"error": "requests[i]:
-..."}``, in request order; only whole-request problems (bad settings, the embedder failing)
-raise. Two paths:
+..."}``, in request order; only whole-request problems (the embedder failing) raise. Settings
+arrive validated (:mod:`sarl_services.request_settings`). Two paths:
 
 * ``structure`` — items follow the JSON contract of :mod:`sarl.rewards.structure.requests`
-  (``response``, optional ``step_labels`` / ``step_embeddings``), parsed and scored with its
-  ``parse_request`` / ``score_requests``; results have exactly the CLI's keys (``score``,
-  ``clustering``, ``path_length``, ``num_steps``, ``num_nodes``, ``num_edges``, ``labels``).
-  The distinct step texts of all items are embedded in one awaited call to the service's
-  embedder; clustering runs on a worker thread.
+  (``response``, optional ``step_labels`` / ``step_embeddings``), parsed with its
+  ``parse_request`` and scored with ``embed_requests`` / ``score_isolated``, so an item that
+  fails to score (e.g. extreme embeddings) fails alone; results have exactly the CLI's keys
+  (``score``, ``clustering``, ``path_length``, ``num_steps``, ``num_nodes``, ``num_edges``,
+  ``labels``). The distinct step texts of all items are embedded in one awaited call to the
+  service's embedder; clustering runs on worker threads.
 * any other registered reward — items are samples ``{"response", "prompt"?, "ground_truth"?,
   "group"?, ...}`` (other keys reach the reward as ``Sample.extra``); results are ``{"score",
   <component>: value, ...}``. A reward that needs whole groups (TTRL, EMPO, ...) scores the
   items sharing a ``group`` value together.
+
+CPU work runs on worker threads in chunks (``_CHUNK_SAMPLES`` items parsed, about
+``_CHUNK_STEPS`` steps clustered, or ``_CHUNK_SAMPLES`` samples scored per call): when the
+request is cancelled because its client has gone (:mod:`sarl_services.disconnect`), the chunk
+running finishes and no other starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pydantic import ValidationError
+import numpy as np
+from pydantic import BaseModel
 
 from sarl.embedding.base import Embedder, FloatArray
 from sarl.rewards.base import Reward, RewardOutput, Sample
-from sarl.rewards.registry import RewardConfigError, create_reward
+from sarl.rewards.registry import create_reward
 from sarl.rewards.samples import SampleError, parse_sample
 from sarl.rewards.structure.config import StructureRewardConfig
 from sarl.rewards.structure.requests import (
     RequestError,
     ScoreRequest,
+    ScoringFailure,
+    embed_requests,
     parse_request,
-    score_requests,
+    score_isolated,
 )
-from sarl_services.errors import BadRequest
+from sarl.rewards.structure.result import StructureResult
+from sarl.rewards.text import encodable
 from sarl_services.metrics import RewardMetrics
 
 ItemResult = dict[str, Any]
-# Settings of the structure reward that belong to the service, not to a request: a client must
-# not be able to point the service's embedder at another URL, nor start process pools.
-_SERVICE_ONLY_SETTINGS = ("embedder", "workers")
+_CHUNK_STEPS = 1024  # structure: steps clustered per worker-thread call (at least one item)
+_CHUNK_SAMPLES = 32  # items parsed, or samples scored (whole groups, at least one), per call
+_CHUNK_TEXTS = 512  # in-process embedder: texts per call
 
 
 class MeteredEmbedder:
@@ -59,8 +69,12 @@ class MeteredEmbedder:
             aembed = getattr(self.inner, "aembed", None)
             if aembed is not None:  # remote: awaited on the event loop, no thread held
                 vectors: FloatArray = await aembed(texts)
-            else:  # local model: blocking, so on a worker thread
-                vectors = await asyncio.to_thread(self.inner.embed, texts)
+            else:  # local model: blocking, so on worker threads, chunk by chunk
+                parts = [
+                    await asyncio.to_thread(self.inner.embed, texts[i : i + _CHUNK_TEXTS])
+                    for i in range(0, len(texts), _CHUNK_TEXTS)
+                ]
+                vectors = np.concatenate(parts) if len(parts) > 1 else parts[0]
         except Exception:
             self._metrics.embedding_calls.labels(outcome="error").inc()
             raise
@@ -72,9 +86,9 @@ class MeteredEmbedder:
 
 
 class _Fetched:
-    """An :class:`Embedder` answering from vectors fetched before ``score_requests`` runs.
+    """An :class:`Embedder` answering from vectors fetched before ``embed_requests`` runs.
 
-    ``score_requests`` is synchronous and runs on a worker thread; the embedding call itself is
+    ``embed_requests`` is synchronous and runs on a worker thread; the embedding call itself is
     awaited on the event loop beforehand, so a slow embedding endpoint holds no thread.
     """
 
@@ -86,28 +100,12 @@ class _Fetched:
         return self._vectors[[self._row[t] for t in texts]]
 
 
-def structure_config(settings: dict[str, Any] | None) -> StructureRewardConfig:
-    """The request's ``settings`` as the structure reward's scoring config (400 naming a field)."""
-    for key in _SERVICE_ONLY_SETTINGS:
-        if settings and key in settings:
-            raise BadRequest(
-                f"settings.{key}: set when the service starts (sarl serve reward --help), "
-                "not per request",
-                param=f"settings.{key}",
-            )
-    try:
-        return StructureRewardConfig.model_validate(settings or {})
-    except ValidationError as e:
-        first = e.errors()[0]
-        field = ".".join(str(p) for p in ("settings", *first["loc"]))
-        raise BadRequest(
-            f"{field}: {first['msg']} (got {first.get('input')!r})", param=field
-        ) from e
-
-
-def _parse_structure(items: list[Any], config: StructureRewardConfig) -> list[ScoreRequest | str]:
+def _parse_structure(
+    items: list[Any], config: StructureRewardConfig, first: int
+) -> list[ScoreRequest | str]:
+    """Items ``first, first + 1, ...`` as requests, or their error messages."""
     parsed: list[ScoreRequest | str] = []
-    for i, item in enumerate(items):
+    for i, item in enumerate(items, start=first):
         try:
             parsed.append(parse_request(item, config))
         except RequestError as e:
@@ -115,17 +113,56 @@ def _parse_structure(items: list[Any], config: StructureRewardConfig) -> list[Sc
     return parsed
 
 
+def _steps(request: ScoreRequest) -> int:
+    if request.embeddings is not None:
+        return len(request.embeddings)
+    return len(request.labels or ())
+
+
+def _structure_chunks(requests: list[ScoreRequest]) -> Iterator[list[ScoreRequest]]:
+    """Consecutive requests, about ``_CHUNK_STEPS`` steps per chunk (at least one request)."""
+    chunk: list[ScoreRequest] = []
+    steps = 0
+    for request in requests:
+        if chunk and steps + _steps(request) > _CHUNK_STEPS:
+            yield chunk
+            chunk, steps = [], 0
+        chunk.append(request)
+        steps += _steps(request)
+    if chunk:
+        yield chunk
+
+
 async def score_structure(
-    items: list[Any], settings: dict[str, Any] | None, embedder: MeteredEmbedder
+    items: list[Any], config: StructureRewardConfig, embedder: MeteredEmbedder
 ) -> list[ItemResult]:
     """Score items with the structure reward; an embedder failure raises (the caller's 502)."""
-    config = structure_config(settings)
-    parsed = await asyncio.to_thread(_parse_structure, items, config)
+    parsed: list[ScoreRequest | str] = []
+    for start in range(0, len(items), _CHUNK_SAMPLES):
+        chunk = items[start : start + _CHUNK_SAMPLES]
+        parsed += await asyncio.to_thread(_parse_structure, chunk, config, start)
     valid = [p for p in parsed if isinstance(p, ScoreRequest)]
-    texts = list(dict.fromkeys(t for p in valid if p.steps is not None for t in p.steps.texts))
+    # embed_requests sends each step as encodable(text) (lone surrogates replaced), so the
+    # vectors are fetched and looked up under the same strings.
+    texts = list(
+        dict.fromkeys(encodable(t) for p in valid if p.steps is not None for t in p.steps.texts)
+    )
     fetched = _Fetched(texts, await embedder.aembed(texts)) if texts else None
-    results = iter(await asyncio.to_thread(score_requests, valid, config, fetched))
-    return [{"error": p} if isinstance(p, str) else next(results).to_dict() for p in parsed]
+    embedded = await asyncio.to_thread(embed_requests, valid, fetched)
+    scored: list[StructureResult | ScoringFailure] = []
+    for chunk in _structure_chunks(embedded):
+        scored += await asyncio.to_thread(score_isolated, chunk, config)
+    results = iter(scored)
+    out: list[ItemResult] = []
+    for i, p in enumerate(parsed):
+        result = p if isinstance(p, str) else next(results)
+        if isinstance(result, str):
+            out.append({"error": result})
+        elif isinstance(result, ScoringFailure):
+            out.append({"error": f"requests[{i}]: {result.message}"})
+        else:
+            out.append(result.to_dict())
+    return out
 
 
 GroupKey = str | int | None
@@ -156,35 +193,27 @@ def _score_groups(reward: Reward, groups: list[list[Sample]]) -> list[list[ItemR
     return [_score_groups(reward, [group])[0] for group in groups]
 
 
-# Settings that would make the service call out to a caller-chosen host (judge/teacher/embedding
-# endpoints) or load a caller-chosen model: fixed at deployment, never per request (SSRF).
-_ENDPOINT_KEYS = frozenset({"url", "base_url", "judge_client", "embedder", "model", "workers"})
+def _group_chunks(groups: list[list[Sample]]) -> Iterator[list[list[Sample]]]:
+    """Consecutive whole groups, about ``_CHUNK_SAMPLES`` samples per chunk (at least one)."""
+    chunk: list[list[Sample]] = []
+    samples = 0
+    for group in groups:
+        if chunk and samples + len(group) > _CHUNK_SAMPLES:
+            yield chunk
+            chunk, samples = [], 0
+        chunk.append(group)
+        samples += len(group)
+    if chunk:
+        yield chunk
 
 
-def refuse_endpoint_settings(settings: object, path: str = "settings") -> None:
-    """Raise RewardConfigError (-> 400) when per-request settings name an endpoint or model."""
-    if isinstance(settings, dict):
-        for key, value in settings.items():
-            if key in _ENDPOINT_KEYS:
-                raise RewardConfigError(
-                    f"{path}.{key}: endpoints and models are fixed when the service is "
-                    "deployed and cannot be set per request"
-                )
-            refuse_endpoint_settings(value, f"{path}.{key}")
-    elif isinstance(settings, list):
-        for i, value in enumerate(settings):
-            refuse_endpoint_settings(value, f"{path}[{i}]")
-
-
-async def score_generic(
-    name: str, items: list[Any], settings: dict[str, Any] | None
-) -> list[ItemResult]:
-    """Score items as samples with the registered reward ``name``.
+async def score_generic(name: str, items: list[Any], settings: BaseModel) -> list[ItemResult]:
+    """Score items as samples with the registered reward ``name`` and validated ``settings``.
 
     Per-sample rewards score each item alone. A reward that ``needs_group`` gets the items with
     equal ``group`` values as one group (items without ``group`` form one group together).
     """
-    reward = create_reward(name, settings)  # RewardConfigError -> 400
+    reward = create_reward(name, settings)
     results: dict[int, ItemResult] = {}
     groups: dict[object, list[tuple[int, Sample]]] = {}
     for i, item in enumerate(items):
@@ -195,10 +224,10 @@ async def score_generic(
             continue
         groups.setdefault(key if reward.needs_group else i, []).append((i, sample))
     members = list(groups.values())
+    scored: list[list[ItemResult | str]] = []
     try:
-        scored = await asyncio.to_thread(
-            _score_groups, reward, [[s for _, s in group] for group in members]
-        )
+        for chunk in _group_chunks([[s for _, s in group] for group in members]):
+            scored += await asyncio.to_thread(_score_groups, reward, chunk)
     finally:
         reward.close()
     for group, outs in zip(members, scored, strict=True):

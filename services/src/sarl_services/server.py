@@ -9,7 +9,11 @@ runs on a background thread while the HTTP server already answers. Liveness
 ``/v2/models/<name>/ready``) and every sarl route answer 503 until ``load()`` has set
 ``ready = True`` — so a Kubernetes readiness probe sees "not ready" rather than "connection
 refused", and a slow model load is never mistaken for a dead process. A load that fails ends
-the process with exit code 1, since the server could never become ready.
+the process with exit code 1, since the server could never become ready. Once loaded, a model
+that is no longer ready makes liveness fail too (:func:`sarl_services.routes.liveness_router`).
+
+Only the service's routes and a few of KServe's are answered (:mod:`sarl_services.routes`):
+KServe's model-repository (load/unload), inference and metadata routes are closed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import kserve
 from fastapi import APIRouter
 from fastapi.exceptions import FastAPIDeprecationWarning
 from kserve.errors import ModelNotReady
+
+from sarl_services.routes import ExposedRoutesOnly, exposed_routes, liveness_router
 
 _LOG = logging.getLogger(__name__)
 
@@ -61,7 +67,7 @@ class _ModelServer(kserve.ModelServer):  # type: ignore[misc]  # kserve ships no
         await super()._serve()
 
 
-def _load(model: kserve.Model, delay_s: float) -> None:
+def _load(model: kserve.Model, delay_s: float, loaded: threading.Event) -> None:
     try:
         if delay_s > 0:  # test hook: widens the not-ready window so it can be observed
             time.sleep(delay_s)
@@ -71,6 +77,7 @@ def _load(model: kserve.Model, delay_s: float) -> None:
         # Nothing was served yet and the server could never become ready: exit at once so the
         # orchestrator restarts the pod and shows the failure (no graceful drain is needed).
         os._exit(1)
+    loaded.set()
     _LOG.info("model %r is ready", model.name)
 
 
@@ -85,9 +92,13 @@ def serve(
     """Serve ``model`` with ``router``'s routes on ``host:port`` until SIGTERM/SIGINT."""
     from kserve.model_server import app
 
+    loaded = threading.Event()
     # Included before KServe adds its own routes at start-up, so ours win where paths overlap
-    # (GET /v1/models: the OpenAI model list, which also carries KServe's "models" key).
+    # (GET /v1/models: the OpenAI model list, which also carries KServe's "models" key;
+    # GET /v2/health/live, which here notices a model gone unready).
     app.include_router(router)
+    app.include_router(liveness_router(model, loaded))
+    app.add_middleware(ExposedRoutesOnly, routes=exposed_routes(router))
     server = _ModelServer(
         host=host,
         http_port=port,
@@ -99,7 +110,7 @@ def serve(
     _quiet_kserve_logs()
     server.register_model(model)  # registered while not ready; see the module docstring
     threading.Thread(
-        target=_load, args=(model, load_delay_s), name=f"load-{model.name}", daemon=True
+        target=_load, args=(model, load_delay_s, loaded), name=f"load-{model.name}", daemon=True
     ).start()
     # Models were registered above; start() with none skips its "at least one model is ready"
     # check, which would force loading before the server listens.

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,9 +94,14 @@ class ServiceProcess:
 
 
 def start_service(
-    kind: str, args: Sequence[str] = (), *, log_dir: Path | None = None
+    kind: str,
+    args: Sequence[str] = (),
+    *,
+    log_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ServiceProcess:
-    """Start ``sarl serve <kind> --port <free> args...`` on loopback; does not wait."""
+    """Start ``sarl serve <kind> --port <free> args...`` on loopback; does not wait. ``env``
+    adds to (or replaces entries of) this process's environment."""
     if kind not in DEFAULT_NAMES:
         raise ValueError(f"kind must be one of {sorted(DEFAULT_NAMES)}, got {kind!r}")
     args = list(args)
@@ -112,7 +117,7 @@ def start_service(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, so stop() reaches any children
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
         )
     return ServiceProcess(kind, f"http://127.0.0.1:{port}", name, process, log_path)
 
