@@ -228,3 +228,22 @@ def test_module_runs_the_server_in_the_foreground(inherited: str) -> None:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_burst_of_connections_is_queued_not_dropped() -> None:
+    """The listen backlog holds a burst of clients while the server is busy: 64 connects
+    complete before anything is accepted (socketserver's default backlog of 5 left the rest
+    waiting on SYN retransmits, ~1 s each; the 5 s connect timeout is only a hang guard)."""
+    import socket
+
+    server = EmbeddingServer(dim=DIM)  # bound and listening, not accepting yet
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    clients = []
+    try:
+        for _ in range(64):
+            clients.append(socket.create_connection((host, int(port)), timeout=5))
+    finally:
+        for sock in clients:
+            sock.close()
+        server.stop()
+    assert len(clients) == 64

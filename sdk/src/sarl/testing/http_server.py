@@ -137,6 +137,9 @@ class _HTTPServer(ThreadingHTTPServer):
     """Carries a reference to the owning :class:`LoopbackServer` for the handlers."""
 
     daemon_threads = True
+    # listen() backlog. socketserver's default of 5 makes a burst of more concurrent clients
+    # (an async client with many requests in flight) wait for SYN retransmits, ~1 s each.
+    request_queue_size = 128
 
     def __init__(
         self,
