@@ -55,12 +55,6 @@ def tiny_experiment(name: str, **overrides: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Shared across the module so the warm-started tiny policy is built once (it is cached)."""
-    return tmp_path_factory.mktemp("sarl-workdir")
-
-
-@pytest.fixture(scope="module")
 def first_run(workdir: Path) -> tuple[RunResult, str, Path]:
     name = f"e2e-{uuid.uuid4().hex[:6]}"
     uri = f"sqlite:///{workdir / 'mlflow.db'}"

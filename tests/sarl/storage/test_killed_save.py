@@ -1,5 +1,6 @@
-"""A save killed with SIGKILL half way never becomes a checkpoint, and a later prune removes
-its leftovers.
+"""A save killed with SIGKILL half way never becomes a checkpoint, and a later prune (or, for the
+local store, ``clean_leftovers`` when the next run starts) removes its leftovers; a save still
+running is never touched.
 
 The saving process is a real subprocess killed with ``kill -9``. To make "half way" deterministic
 instead of a race against a fast disk/loopback, the child slows itself down after the first file:
@@ -63,6 +64,12 @@ def _start(code: str, uri: str, endpoint: str, src: Path) -> subprocess.Popen[by
 
 
 def _kill_when(proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float) -> None:
+    _wait_until(proc, ready, timeout)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+def _wait_until(proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
         if proc.poll() is not None:
@@ -73,8 +80,6 @@ def _kill_when(proc: subprocess.Popen[bytes], ready: Callable[[], bool], timeout
             raise AssertionError("child never started writing step 2")
         time.sleep(0.02)
     assert proc.poll() is None, "child finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait(timeout=10) == -signal.SIGKILL
 
 
 def _big_checkpoint(root: Path) -> Path:
@@ -134,3 +139,43 @@ def test_local_save_killed_mid_copy_leaves_only_a_tmp_dir_that_prune_removes(
     store.save(3, make_checkpoint(3), {})
     assert store.prune(keep_last=2) == [2]
     assert sorted(p.name for p in root.iterdir()) == ["step-00000001", "step-00000003"]
+
+
+def test_local_clean_leftovers_spares_a_running_save_and_removes_it_once_killed(
+    make_checkpoint: Callable[[int], Path], tmp_path: Path
+) -> None:
+    root = tmp_path / "checkpoints"
+    store = open_store(str(root))
+    store.save(1, make_checkpoint(1), {})
+    src = write_tree(tmp_path / "src", {f"shard-{i}.bin": os.urandom(1024) for i in range(5)})
+
+    child = _start(LOCAL_CHILD, str(root), "", src)
+    try:
+        _wait_until(child, lambda: any(root.glob("step-00000002.tmp-*/files/*")), timeout=30)
+        (tmp,) = root.glob("step-00000002.tmp-*")
+        assert store.clean_leftovers() == []  # the save is alive: it holds its directory's lock
+        assert tmp.is_dir()
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+
+    assert store.clean_leftovers() == [tmp.name]
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000001"]
+    latest = store.latest()
+    assert latest is not None and latest.step == 1
+
+
+def test_local_clean_leftovers_removes_steps_without_manifest_only(
+    make_checkpoint: Callable[[int], Path], tmp_path: Path
+) -> None:
+    """A save killed between renaming its directory into place and writing the manifest."""
+    root = tmp_path / "checkpoints"
+    store = open_store(str(root))
+    store.save(1, make_checkpoint(1), {})
+    store.save(3, make_checkpoint(3), {})
+    (root / "step-00000003" / "manifest.json").unlink()
+    write_tree(root / "step-00000002" / "files", {"a.txt": b"half"})
+
+    assert store.clean_leftovers() == ["step-00000002", "step-00000003"]
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000001"]
+    assert [c.step for c in store.list()] == [1]

@@ -76,7 +76,7 @@ def run_command(
     if result.already_finished:
         typer.echo(
             f"{exp.name}: MLflow run {result.run_id} already finished at step {result.steps}; "
-            "nothing to resume (raise spec.algorithm.max_steps to train further)"
+            "nothing to resume (raise spec.algorithm.max_steps or epochs to train further)"
         )
         return
     _print_summary(exp.name, result)

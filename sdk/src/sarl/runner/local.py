@@ -4,7 +4,8 @@ Called by ``sarl run EXPERIMENT.yaml --local`` and ``sarl.Client.local().run(exp
 work: preflight (fails in seconds with one line) -> data -> policy (built-in tiny Qwen, warm
 started and cached, or a local HF model) -> rewards -> MLflow run (new, or the checkpoint's on
 ``--resume``) -> TRL training with callbacks for metrics, reasoning maps, evaluation and
-checkpoints -> final evaluation and a summary.
+checkpoints -> final evaluation and a summary. What ``--resume`` continues, and how kills are
+cleaned up after, is described in :mod:`sarl.runner.session`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class RunResult:
     steps: int
     final_metrics: dict[str, float] = field(default_factory=dict)
     resumed_from: int | None = None
+    # ``--resume`` of a run that had finished: nothing was trained, logged or pruned.
+    already_finished: bool = False
 
 
 @dataclass

@@ -2,6 +2,17 @@
 
 Called only by ``sarl.runner.local.run_local`` after preflight succeeded. Imports torch,
 transformers, TRL and datasets (the ``[trl]`` and ``[local]`` extras).
+
+Resume is exact. The session holds the run directory's lock (:mod:`sarl.runner.rundir`) and turns
+SIGTERM/SIGHUP into an interrupt (:mod:`sarl.runner.interrupt`), so any ending but SIGKILL closes
+the MLflow run (``KILLED`` after a signal or Ctrl-C, ``FAILED`` after an error). At the start it
+removes what killed runs left (checkpoint temp directories, half-written trainer checkpoints) and
+marks a run that died by SIGKILL ``KILLED``. ``--resume`` continues the run named by the newest
+complete checkpoint, or by the run marker when it was killed before its first checkpoint (then it
+starts over from step 0 in that run); steps the run already holds are not logged again
+(:meth:`~sarl.tracking.tracker.Tracker.skip_logged_steps`). A checkpoint at the run's last step
+means there is nothing to train: a FINISHED run is left untouched, one killed after its last
+checkpoint gets its final evaluation and is closed FINISHED.
 """
 
 from __future__ import annotations
@@ -10,14 +21,19 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from sarl.runner.interrupt import signals_interrupt
 from sarl.runner.local import LocalOptions, RunResult
+from sarl.runner.resume import RunLookup, planned_steps
+from sarl.runner.rundir import RunDir, RunMarker
 from sarl.spec.experiment import Experiment
 
 N_MAPS = 3  # sample responses drawn per map-logging step
 
 
 class LocalSession:
-    """Owns the tracker, store and rewards of one run; marks the MLflow run FAILED on errors."""
+    """Owns the tracker, store and rewards of one run; as a context manager it holds the run's
+    lock and closes the MLflow run KILLED (signal, Ctrl-C) or FAILED (error) when training ends
+    early."""
 
     def __init__(
         self,
@@ -33,19 +49,35 @@ class LocalSession:
         self.ckpt_uri = ckpt_uri
         self.rewards = rewards
         self.tracker: Any = None
+        self._logged: dict[str, int] = {}  # metric -> last step a continued run already held
         self._evals: dict[int, dict[str, float]] = {}  # step -> held-out metrics logged there
         self.root = opts.workdir / "runs" / exp.name
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.rundir = RunDir(self.root)
+        self.runs = RunLookup(self.rundir, tracking_uri, ckpt_uri)
+        self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> LocalSession:
+        try:
+            self._stack.enter_context(self.rundir.locked(self.exp.name))
+            self._stack.enter_context(signals_interrupt())
+        except BaseException:
+            self._stack.close()
+            self._close_rewards()
+            raise
         return self
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self.tracker is not None and exc_type is not None:
-            status = "KILLED" if exc_type is KeyboardInterrupt else "FAILED"
-            # Never mask the original error with a tracking failure.
-            with contextlib.suppress(Exception):
-                self.tracker.finish(status)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> None:
+        try:
+            if self.tracker is not None and exc_type is not None:
+                status = "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
+                # Never mask the original error with a tracking failure.
+                with contextlib.suppress(Exception):
+                    self.tracker.finish(status)
+            self._close_rewards()
+        finally:
+            self._stack.close()  # signal handlers back, then the lock
+
+    def _close_rewards(self) -> None:
         for reward, _ in self.rewards:
             reward.close()
 
@@ -61,16 +93,26 @@ class LocalSession:
 
         spec = self.exp.spec
         store = open_store(self.ckpt_uri, endpoint_url=spec.storage.endpoint_url)
+        store.clean_leftovers()  # of killed saves; a running save's directory is locked
         latest = store.latest() if self.opts.resume else None
+        run_id = self.runs.to_continue(latest, self.opts.resume)
+        self.runs.close_abandoned(keep=run_id)
         train_problems, eval_problems = self._problems()
+        last = spec.algorithm.max_steps
+        if latest is not None and last is not None and latest.step >= last:
+            return self._complete(store, latest, run_id, eval_problems)
         model, tokenizer = self._policy(train_problems)
-        self.tracker = self._tracker(latest)
-        resume_dir = self._download(store, latest)
         trainer, record = self._trainer(model, tokenizer, train_problems)
+        if latest is not None and latest.step >= planned_steps(trainer):
+            return self._complete(store, latest, run_id, eval_problems)
+        self.tracker = self._tracker(run_id)
+        self.rundir.write_marker(RunMarker(self.tracker.run_id, self.tracking_uri, self.ckpt_uri))
+        # A new run starts with an empty trainer/ (no checkpoint of a killed run in the way).
+        resume_dir = self._download(store, latest) if latest else self.rundir.prepare_trainer(None)
         self._add_callbacks(trainer, record, store, eval_problems, tokenizer)
         if latest is None:
             # Step 0: the policy before any RL update, so a run's change in held-out accuracy is
-            # measured from where RL started (a resumed run already logged it).
+            # measured from where RL started (a run resumed from a checkpoint logged it already).
             self._evaluate(model, tokenizer, eval_problems, 0)
         trainer.train(resume_from_checkpoint=str(resume_dir) if resume_dir else None)
         step = trainer.state.global_step
@@ -89,6 +131,41 @@ class LocalSession:
             resumed_from=latest.step if latest else None,
         )
 
+    # -- nothing left to train -------------------------------------------------------------
+
+    def _complete(
+        self, store: Any, latest: Any, run_id: str | None, eval_problems: list[Any]
+    ) -> RunResult:
+        """``latest`` is the run's last step: nothing to train. A FINISHED run is left as it is
+        (nothing logged, nothing pruned); one killed after its last checkpoint gets the final
+        evaluation it missed and is closed FINISHED."""
+        from sarl.tracking.metrics import eval_pass_at
+        from sarl.tracking.store import run_url
+
+        run = self.runs.find(run_id) if run_id else None
+        metrics = dict(run.data.metrics) if run is not None else {}
+        finished = run is not None and run.info.status == "FINISHED"
+        if run is not None and finished:
+            url = run_url(self.tracking_uri, run.info.experiment_id, run.info.run_id)
+        else:
+            self.tracker = self._tracker(run_id)
+            key = eval_pass_at("heldout", self.exp.spec.evaluation.k)
+            if self._logged.get(key, -1) < latest.step:
+                model, tokenizer = self._load_policy(self._download(store, latest))
+                metrics.update(self._evaluate(model, tokenizer, eval_problems, latest.step))
+            self.tracker.finish("FINISHED")
+            url = self.tracker.run_url
+        return RunResult(
+            run_id=run.info.run_id if run is not None else self.tracker.run_id,
+            run_url=url,
+            tracking_uri=self.tracking_uri,
+            checkpoint_uri=self.ckpt_uri,
+            steps=latest.step,
+            final_metrics=metrics,
+            resumed_from=latest.step,
+            already_finished=finished,
+        )
+
     # -- building blocks -------------------------------------------------------------------
 
     def _problems(self) -> tuple[list[Any], list[Any]]:
@@ -97,8 +174,6 @@ class LocalSession:
         return experiment_problems(self.exp)
 
     def _policy(self, train_problems: list[Any]) -> tuple[Any, Any]:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         spec = self.exp.spec
         if spec.model.is_builtin:
             from sarl.runner.tiny import prepare_tiny_policy
@@ -112,6 +187,12 @@ class LocalSession:
             )
         else:
             path = Path(spec.model.name).expanduser()
+        return self._load_policy(path)
+
+    def _load_policy(self, path: Path) -> tuple[Any, Any]:
+        """Model and tokenizer from a Hugging Face directory (a trainer checkpoint is one)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
         tokenizer = AutoTokenizer.from_pretrained(path)
         tokenizer.padding_side = "left"  # decoder-only generation pads on the left
         if tokenizer.pad_token is None:
@@ -119,15 +200,18 @@ class LocalSession:
         model = AutoModelForCausalLM.from_pretrained(path)
         return model, tokenizer
 
-    def _tracker(self, latest: Any) -> Any:
+    def _tracker(self, run_id: str | None) -> Any:
         import yaml
 
+        from sarl.spec.secrets import redact
         from sarl.tracking.tracker import Tracker, flatten_params
 
-        run_id = (latest.metadata or {}).get("mlflow_run_id") if latest else None
         if run_id:
-            return Tracker.resume(self.tracking_uri, str(run_id))
-        spec = self.exp.model_dump(mode="json")
+            tracker = Tracker.resume(self.tracking_uri, run_id)
+            # It replays the steps logged between its checkpoint and the interruption.
+            self._logged = tracker.skip_logged_steps()
+            return tracker
+        spec = redact(self.exp.model_dump(mode="json"))  # params and spec artifact
         tracking = self.exp.spec.tracking
         return Tracker.start(
             self.tracking_uri,
@@ -138,13 +222,13 @@ class LocalSession:
             spec_yaml=yaml.safe_dump(spec, sort_keys=False),
         )
 
-    def _download(self, store: Any, latest: Any) -> Path | None:
-        if latest is None:
-            return None
-        dest = self.root / "trainer" / f"checkpoint-{latest.step}"
-        if not dest.exists():
-            store.download(latest, dest)
-        return dest
+    def _download(self, store: Any, latest: Any) -> Path:
+        """The trainer checkpoint of ``latest``: the local copy when it holds exactly the stored
+        files, else downloaded. Removes everything else in ``trainer/``."""
+        local = self.rundir.prepare_trainer(latest)
+        if local is not None:
+            return local
+        return Path(store.download(latest, self.rundir.trainer / f"checkpoint-{latest.step}"))
 
     def _trainer(self, model: Any, tokenizer: Any, problems: list[Any]) -> tuple[Any, Any]:
         from datasets import Dataset

@@ -1,10 +1,11 @@
 """Checkpoint storage for experiment runs: a local directory or an S3/MinIO prefix.
 
 The local experiment runner opens a store from ``storage.checkpoint_uri`` with
-:func:`open_store`, calls ``check_access()`` before training, ``save(step, dir, metadata)`` every
-``storage.every_n_steps`` and at the end, ``prune(storage.keep_last)`` after each save, and on
-``--resume`` ``latest()`` + ``download()``. A checkpoint is complete only once its manifest is
-written (last); see :mod:`sarl.storage.base` for the rules. No torch imports: stores move files.
+:func:`open_store`, calls ``check_access()`` before training, ``clean_leftovers()`` when a run
+starts, ``save(step, dir, metadata)`` every ``storage.every_n_steps`` and at the end,
+``prune(storage.keep_last)`` after each save, and on ``--resume`` ``latest()`` + ``download()``.
+A checkpoint is complete only once its manifest is written (last); see :mod:`sarl.storage.base`
+for the rules. No torch imports: stores move files.
 """
 
 from sarl.storage.base import CheckpointInfo, CheckpointStore, FileEntry, StorageError

@@ -294,6 +294,15 @@ class CheckpointStore(ABC):
         """
         return []
 
+    def clean_leftovers(self) -> builtins.list[str]:
+        """Remove what killed saves left behind and no running save owns; return the names.
+
+        Called when a run starts. Nothing by default: S3 has no locks to tell a dead save from
+        a running one; an S3 save replaces whatever its step prefix holds, and ``prune`` removes
+        incomplete steps older than the newest checkpoint.
+        """
+        return []
+
     @abstractmethod
     def step_uri(self, step: int) -> str:
         """URI of the directory/prefix of ``step``."""

@@ -4,13 +4,17 @@ Layout: ``<root>/step-XXXXXXXX/files/...`` and ``<root>/step-XXXXXXXX/manifest.j
 copies into ``<root>/step-XXXXXXXX.tmp-<uuid>/`` (fsynced), renames that directory into place with
 ``os.replace`` and only then writes the manifest (temp file + ``os.replace``), so a process killed
 at any point leaves either the previous state or a ``*.tmp-*`` directory / manifest-less step that
-``latest`` ignores and ``prune`` removes. Created by :func:`sarl.storage.open_store` for any
+``latest`` ignores. A save holds an exclusive ``flock`` on its directory from creation until its
+manifest is written, and the kernel drops the lock when the process dies, so ``clean_leftovers``
+(called when a run starts) removes exactly what dead saves left behind; ``prune`` removes
+leftovers older than the newest checkpoint. Created by :func:`sarl.storage.open_store` for any
 checkpoint URI that is not ``s3://``.
 """
 
 from __future__ import annotations
 
 import builtins
+import fcntl
 import logging
 import os
 import re
@@ -72,9 +76,12 @@ class LocalCheckpointStore(CheckpointStore):
         meta = checked_metadata(metadata)
         sources = source_files(Path(local_dir))
         final = self._step_dir(step)
-        tmp = self.root / f"{step_name(step)}.tmp-{uuid.uuid4().hex}"
         try:
-            (tmp / FILES_DIR).mkdir(parents=True)
+            tmp, lock = _new_tmp_dir(self.root, step)
+        except OSError as e:
+            raise StorageError(f"saving step {step} to {final} failed: {e}") from e
+        try:
+            (tmp / FILES_DIR).mkdir()
             entries = self._copy_in(sources, tmp / FILES_DIR, step)
             info = CheckpointInfo(step, self.step_uri(step), utc_now(), entries, meta)
             if final.exists():
@@ -86,6 +93,8 @@ class LocalCheckpointStore(CheckpointStore):
             raise StorageError(f"saving step {step} to {final} failed: {e}") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; cleans up on failure
+            if lock is not None:
+                os.close(lock)  # after the manifest: the step is complete, or tmp is gone
         return info
 
     def _copy_in(
@@ -166,6 +175,64 @@ class LocalCheckpointStore(CheckpointStore):
                 shutil.rmtree(self.root / name, ignore_errors=True)
                 deleted.append(int(m.group(1)))
         return deleted
+
+    def clean_leftovers(self) -> builtins.list[str]:
+        """Remove ``step-XXXXXXXX.tmp-*`` directories and manifest-less step directories whose
+        lock no live save holds (what saves killed at any point left behind); returns their
+        names. Where the filesystem has no ``flock`` nothing is removed: ownership is unknown."""
+        try:
+            names = sorted(os.listdir(self.root))
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise StorageError(f"cannot list checkpoint directory {self.root}: {e}") from e
+        removed = []
+        for name in names:
+            path = self.root / name
+            incomplete = parse_step_name(name) is not None and not (path / MANIFEST_NAME).exists()
+            if (_TMP_DIR.match(name) or incomplete) and _remove_if_unowned(path):
+                removed.append(name)
+        return removed
+
+
+def _new_tmp_dir(root: Path, step: int) -> tuple[Path, int | None]:
+    """A new ``step-XXXXXXXX.tmp-<uuid>`` directory under ``root`` and a descriptor holding an
+    exclusive ``flock`` on it (None where the filesystem has no ``flock``)."""
+    root.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = root / f"{step_name(step)}.tmp-{uuid.uuid4().hex}"
+        tmp.mkdir()
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            os.close(fd)
+            return tmp, None
+        if os.fstat(fd).st_nlink > 0:
+            return tmp, fd
+        # A cleaner locked and removed the directory between our mkdir and flock.
+        os.close(fd)
+
+
+def _remove_if_unowned(path: Path) -> bool:
+    """Delete the directory ``path`` unless a process holds its ``flock``; True if deleted."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False  # gone already, or not a directory
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # a live save holds it (or flock is unsupported here)
+        # While we hold the lock, a save that has just created this directory waits for it and
+        # then finds the directory gone (see _new_tmp_dir).
+        shutil.rmtree(path)
+        return True
+    except OSError as e:
+        raise StorageError(f"removing leftover {path} failed: {e}") from e
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -20,6 +20,15 @@ same run. Re-sending a queued batch is safe: metrics keep their original timesta
 SQL store ignores exact duplicates (``SqlAlchemyStore._log_metrics``). Errors that retrying cannot
 fix (invalid name, unknown run) raise at once. Artifact uploads and params get MLflow's bounded
 retries only, then a :class:`TrackingError`.
+
+Resumed training. A run resumed from its checkpoint at step N replays the steps after N that were
+logged before the interruption, and MLflow cannot delete metric points; after
+:meth:`Tracker.skip_logged_steps` a metric point at or below the last step the run already holds
+for that metric is dropped, so the first value logged for a step stays and
+``get_metric_history`` lists every step once.
+
+Params and tags are redacted (:func:`sarl.spec.secrets.redact`) before they are sent: a spec with
+a credential is refused by validation, this catches any that slips through.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
+from sarl.spec.secrets import redact
 from sarl.tracking.params import (
     MAX_METRICS_PER_BATCH,
     MAX_PARAM_VALUE_LENGTH,
@@ -156,6 +166,7 @@ class Tracker:
         self._max_attempts = max_attempts
         self._pending: list[Metric] = []
         self._failures = 0  # consecutive failed attempts to send the queued metrics
+        self._logged: dict[str, int] = {}  # metric -> last step held before skip_logged_steps
 
     @classmethod
     def start(
@@ -182,7 +193,7 @@ class Tracker:
         run = guarded(
             uri,
             f"creating run {run_name!r}",
-            lambda: client.create_run(experiment_id, run_name=run_name, tags=dict(tags or {})),
+            lambda: client.create_run(experiment_id, run_name=run_name, tags=redact(tags or {})),
         )
         tracker = cls(client, uri, experiment_id, run.info.run_id, max_attempts=max_attempts)
         try:
@@ -241,11 +252,32 @@ class Tracker:
                     value = float(value)
                 except (TypeError, ValueError) as e:
                     raise TypeError(f"metric {key!r}: {value!r} is not a number") from e
-            if math.isnan(value):
+            if math.isnan(value) or (key in self._logged and step <= self._logged[key]):
                 continue
             _check_metric_name(key)
             self._pending.append(Metric(key, float(value), now_ms, step))
         self._flush(attempts=1)
+
+    def skip_logged_steps(self) -> dict[str, int]:
+        """From now on drop metric points at or below the last step the run holds for their
+        metric (see the module docstring); returns those steps, metric -> last logged step.
+
+        Reads the run's metric history once (one request per metric).
+        """
+        run = guarded(
+            self.uri, f"reading run {self._run_id}", partial(self._client.get_run, self._run_id)
+        )
+        last: dict[str, int] = {}
+        for key in run.data.metrics:
+            history = guarded(
+                self.uri,
+                f"reading the history of {key!r} in run {self._run_id}",
+                partial(self._client.get_metric_history, self._run_id, key),
+            )
+            if history:
+                last[key] = max(m.step for m in history)
+        self._logged = last
+        return dict(last)
 
     def log_image(self, path: Path, artifact_dir: str = "maps") -> None:
         """Upload an image file (e.g. a reasoning-map PNG) under ``artifact_dir``."""
@@ -283,7 +315,7 @@ class Tracker:
         """Set (or overwrite) run tags."""
         from mlflow.entities import RunTag
 
-        items = [RunTag(k, str(v)) for k, v in tags.items()]
+        items = [RunTag(k, str(v)) for k, v in redact(tags).items()]
         for batch in _chunks(items, MAX_PARAMS_TAGS_PER_BATCH):
             guarded(
                 self.uri,
@@ -333,7 +365,7 @@ class Tracker:
     def _log_params(self, params: Mapping[str, str]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, param_value(v)) for k, v in params.items()]
+        items = [Param(k, param_value(v)) for k, v in redact(params).items()]
         for batch in _chunks(items, MAX_PARAMS_TAGS_PER_BATCH):
             guarded(
                 self.uri,
