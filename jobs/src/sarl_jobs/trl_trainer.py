@@ -32,9 +32,7 @@ Tracking: transformers' MLflow callback (``MLFLOW_TRACKING_URI``).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -51,6 +49,7 @@ from sarl.integrations.trl_cluster import (
 )
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
+from sarl_jobs.cli import config_of, job_parser, plan_or_run
 from sarl_jobs.cluster import ClusterEnv
 from sarl_jobs.resume import StoreSettings, local_trl_checkpoint, restore_trl
 
@@ -219,32 +218,18 @@ def _cli(argv: list[str]) -> int:
     if argv[:1] == ["--worker"] and len(argv) == 2:  # a process started by the launcher
         train(argv[1])
         return 0
-    parser = argparse.ArgumentParser(
-        prog="python -m sarl_jobs.trl_trainer",
-        description="Train an Experiment with TRL in a PyTorchJob pod (see the module docstring).",
-    )
-    parser.add_argument("config", nargs="?", help="the Experiment YAML (as --config)")
-    parser.add_argument("--config", dest="config_opt", metavar="FILE", help="the Experiment YAML")
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print this pod's plan (role, nodes, processes, launch command, accelerate config, "
-        "training arguments) as JSON; run nothing",
+    parser = job_parser(
+        "sarl_jobs.trl_trainer",
+        "TRL",
+        "role, nodes, processes, launch command, accelerate config, training arguments",
     )
     args = parser.parse_args(argv)
-    config = args.config_opt or args.config
-    if not config:
-        parser.error("the Experiment YAML is required (CONFIG or --config FILE)")
-    try:
-        if args.dry_run:
-            exp = load_experiment(Path(config))
-            print(json.dumps(plan(exp, os.environ, config), indent=2, default=str))
-            return 0
-        main(config)
-    except ValueError as e:  # the spec, or the pod's environment, is wrong: say which
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    config = config_of(parser, args)
+    return plan_or_run(
+        args.dry_run,
+        lambda: plan(load_experiment(Path(config)), os.environ, config),
+        lambda: main(config),
+    )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,6 @@ extra (``pip install -e jobs[verl]``) and GPUs. ``--dry-run`` prints this pod's 
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import subprocess
@@ -43,6 +41,7 @@ from typing import Any, Final
 from sarl.integrations.verl.config import verl_overrides
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
+from sarl_jobs.cli import config_of, job_parser, plan_or_run
 from sarl_jobs.cluster import ClusterEnv, ray_start_command
 from sarl_jobs.data import problems, verl_rows
 from sarl_jobs.resume import StoreSettings, restore_verl
@@ -205,34 +204,18 @@ def _wait_for_nodes(count: int) -> None:
 
 
 def _cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m sarl_jobs.verl_trainer",
-        description="Train an Experiment with verl in a PyTorchJob pod (see the module docstring).",
+    parser = job_parser(
+        "sarl_jobs.verl_trainer", "verl", "role, nodes, GPUs, Ray command, verl overrides"
     )
-    parser.add_argument("config", nargs="?", help="the Experiment YAML (as --config)")
-    parser.add_argument("--config", dest="config_opt", metavar="FILE", help="the Experiment YAML")
     parser.add_argument("--workdir", default=DEFAULT_WORKDIR, help="local data, model, checkpoints")
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print this pod's plan (role, nodes, GPUs, Ray command, verl overrides) as JSON; "
-        "run nothing",
-    )
     args = parser.parse_args(argv)
-    config = args.config_opt or args.config
-    if not config:
-        parser.error("the Experiment YAML is required (CONFIG or --config FILE)")
+    config = config_of(parser, args)
     logging.basicConfig(level=logging.INFO)
-    try:
-        if args.dry_run:
-            exp = load_experiment(Path(config))
-            print(json.dumps(plan(exp, os.environ, workdir=args.workdir), indent=2))
-            return 0
-        main(config, workdir=args.workdir)
-    except ValueError as e:  # the spec, or the pod's environment, is wrong: say which
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return plan_or_run(
+        args.dry_run,
+        lambda: plan(load_experiment(Path(config)), os.environ, workdir=args.workdir),
+        lambda: main(config, workdir=args.workdir),
+    )
 
 
 if __name__ == "__main__":
