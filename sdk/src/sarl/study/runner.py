@@ -293,20 +293,19 @@ def _run_one(
 ) -> RunOutcome:
     """Train one arm x seed (in this process or a worker); never raises for a training error."""
     from sarl.runner.local import LocalOptions, run_local
-    from sarl.storage import open_store
 
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
-    spec = run.experiment.spec
     try:
-        store = open_store(str(spec.storage.checkpoint_uri), endpoint_url=spec.storage.endpoint_url)
-        resume = store.latest() is not None
+        # Always resume: with a checkpoint it continues from there; without one it continues the
+        # MLflow run of a worker killed before its first checkpoint (so each arm x seed keeps one
+        # run); with neither it starts afresh.
         result = run_local(
             run.experiment,
             LocalOptions(
-                workdir=workdir, tracking_uri=tracking_uri, resume=resume, progress=progress
+                workdir=workdir, tracking_uri=tracking_uri, resume=True, progress=progress
             ),
         )
     except KeyboardInterrupt:
