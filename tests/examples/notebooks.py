@@ -78,10 +78,13 @@ def execute(
     return nb
 
 
-def outputs_text(nb: NotebookNode) -> str:
-    """Every text output of the executed notebook (stdout, stderr, text/plain, text/html)."""
+def outputs_text(nb: NotebookNode, tag: str | None = None) -> str:
+    """Every text output of the executed notebook (stdout, stderr, text/plain, text/html), or
+    only that of the cells tagged ``tag``."""
     parts: list[str] = []
     for cell in nb.cells:
+        if tag is not None and tag not in cell.get("metadata", {}).get("tags", []):
+            continue
         for out in cell.get("outputs", []):
             if "text" in out:
                 parts.append(out["text"])

@@ -463,6 +463,7 @@ class ClusterClient:
         wait: float = 0.0,
         poll: float = 2.0,
         on_wait: OnPoll | None = None,
+        timeout: float | None = None,
     ) -> Iterator[str]:
         """Lines of the log of the training pod (``replica`` #``index`` of the PyTorchJob).
 
@@ -470,15 +471,19 @@ class ClusterClient:
         and left ``Pending`` (``on_wait`` is called with the Experiment at each poll), e.g. right
         after ``submit``. No pod by then, or the Experiment ended without one → ``NoPod`` with
         its phase. The lines are read as the iterator is consumed; ``follow`` keeps streaming
-        until the container ends (no read timeout then; interrupt to stop).
+        until the container ends (no read timeout then; interrupt to stop), or, with
+        ``timeout``, until ``timeout`` seconds after the log was opened: the iterator then
+        simply ends (a notebook cell that follows a log for a while; the pod is not affected).
         """
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout={timeout}: must be > 0 seconds (or None: no limit)")
         ns = self._ns(namespace)
         deadline = time.monotonic() + wait
         while True:
             info = self.get(name, namespace=ns)
             pod = self._pods().find(name, ns, replica, index)
             if pod is not None and (wait <= 0 or pods.started(pod)):
-                return self._pods().lines(pod, ns, follow=follow, tail=tail)
+                return self._pods().lines(pod, ns, follow=follow, tail=tail, timeout=timeout)
             ended = info.phase in TERMINAL_PHASES and pod is None
             if wait <= 0 or ended or time.monotonic() >= deadline:
                 raise NoPod(

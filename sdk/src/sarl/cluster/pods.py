@@ -11,12 +11,16 @@ operator's own pod-template labels ``sarl.dev/experiment=NAME`` +
 
 The label selector is sent to the API server; matches are checked again here, which costs
 nothing and keeps the choice right where a server ignores selectors (the test server does).
+
+A read may be bounded in time (``timeout``, for notebooks and scripts that follow a log for a
+while): each socket read then waits at most until the deadline, and the lines end there.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from typing import TYPE_CHECKING, Any, Final
 
 from sarl.cluster.errors import Target
@@ -112,6 +116,40 @@ def lines(chunks: Iterable[bytes]) -> Iterator[str]:
         yield pending
 
 
+def chunks_until(resp: Any, deadline: float) -> Iterator[bytes]:
+    """The body chunks of ``resp`` (a streaming urllib3 response) until the ``time.monotonic()``
+    ``deadline``: before each read the socket's timeout is set to the time left, so a silent
+    stream (a following log) ends at the deadline instead of blocking. Ends early when the body
+    does; other read errors propagate."""
+    from urllib3.exceptions import ReadTimeoutError
+
+    sock = getattr(resp.connection, "sock", None)
+    before = sock.gettimeout() if sock is not None else None
+    chunks = resp.stream(8192)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if sock is not None:
+                sock.settimeout(left)
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            except ReadTimeoutError:
+                # With the socket's timeout set above this is the deadline; without a socket
+                # to set (another transport), the request's read timeout fired: an error.
+                if sock is not None or time.monotonic() >= deadline:
+                    return
+                raise
+            yield chunk
+    finally:
+        if sock is not None:  # a connection that goes back to the pool keeps its own timeout
+            with suppress(OSError):
+                sock.settimeout(before)
+
+
 class PodLogs:
     """Finds the training pod and streams its log through the client's connection;
     ``translate`` turns API exceptions into ``ClusterError``s (the client's own mapping)."""
@@ -141,10 +179,20 @@ class PodLogs:
             )
         return list(found.items or [])
 
-    def lines(self, pod: Any, ns: str, *, follow: bool, tail: int | None) -> Iterator[str]:
-        """The request is made now (errors raise here); lines are read as they are consumed."""
+    def lines(
+        self,
+        pod: Any,
+        ns: str,
+        *,
+        follow: bool,
+        tail: int | None,
+        timeout: float | None = None,
+    ) -> Iterator[str]:
+        """The request is made now (errors raise here); lines are read as they are consumed,
+        until ``timeout`` seconds from now when given (see :func:`chunks_until`)."""
         from kubernetes import client
 
+        deadline = None if timeout is None else time.monotonic() + timeout
         core = client.CoreV1Api(self._conn.api)
         name = pod.metadata.name
         target = Target("read logs of", ns, name, resource="pods")
@@ -154,15 +202,24 @@ class PodLogs:
         container = container_of(pod)
         if container:
             kwargs["container"] = container
-        if follow:  # a training pod may print nothing for minutes: no read timeout
+        if follow and deadline is None:  # a training pod may print nothing for minutes
             kwargs["_request_timeout"] = (self._conn.timeout[0], None)
+        # With a deadline the request keeps its read timeout (for the response's headers);
+        # chunks_until then lets each read of the body wait until the deadline.
         with self._translate(target):
             resp = self._conn.call(core.read_namespaced_pod_log, name, ns, read=True, **kwargs)
-        return self._stream(resp, target)
+        return self._stream(resp, target, deadline)
 
-    def _stream(self, resp: Any, target: Target) -> Iterator[str]:
+    def _stream(self, resp: Any, target: Target, deadline: float | None) -> Iterator[str]:
+        ended = False
         try:
             with self._translate(target):
-                yield from lines(resp.stream(8192))
+                chunks = resp.stream(8192) if deadline is None else chunks_until(resp, deadline)
+                yield from lines(chunks)
+            ended = resp.isclosed()
         finally:
+            if not ended:
+                # Stopped mid-body (deadline, an error, or the caller stopped iterating): the
+                # connection holds the rest of a stream and must not go back to the pool.
+                resp.close()
             resp.release_conn()
