@@ -5,26 +5,35 @@ Run by ``make bench`` (through ``run_all.py``) or directly with
 talk to the same local OpenAI-compatible server (:mod:`sarl.testing.embedding_server`), so the
 numbers measure request overhead and duplicated work, not a model:
 
-* naive reference: one request per response, sequentially, every step sent as it is (a plain
-  ``httpx.Client`` with keep-alive, so it is not penalised for connection setup);
+* naive reference: one request per response, sequentially, every step sent as it is, vectors as
+  JSON numbers (``encoding_format: "float"``, the OpenAI default), a plain ``httpx.Client`` with
+  keep-alive, so it is not penalised for connection setup;
+* naive reference over base64: the same, but asking for base64 vectors and decoding them with
+  ``numpy.frombuffer``, so the table can tell what the wire format buys from what batching,
+  de-duplication and concurrency buy (``speedup_vs_naive_base64``);
 * production path: :class:`sarl.embedding.openai_client.OpenAIEmbeddingClient` with its default
-  settings, given every step of every response at once (de-duplicated, batched, concurrent).
+  settings (base64), given every step of every response at once (de-duplicated, batched,
+  concurrent).
 
 The synthetic traces repeat stock phrases across responses ("Let me double-check ...") as real
-reasoning traces do, so de-duplication has something to find. Both paths must return the same
-vectors; the benchmark raises if they do not.
+reasoning traces do, so de-duplication has something to find. All paths must return exactly the
+same vectors; the benchmark raises if they do not. Each path is timed ``repeats`` times on the
+same server and its median kept, so one scheduling hiccup on a shared machine does not decide
+the ratio.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -71,7 +80,7 @@ def synthetic_steps(
 
 
 def naive_embed(base_url: str, responses: list[list[str]]) -> list[npt.NDArray[np.float32]]:
-    """The reference: one request per response, in order, no de-duplication."""
+    """The reference: one request per response, in order, no de-duplication, JSON numbers."""
     out = []
     with httpx.Client(base_url=base_url, timeout=120) as client:
         for steps in responses:
@@ -82,6 +91,33 @@ def naive_embed(base_url: str, responses: list[list[str]]) -> list[npt.NDArray[n
             data = sorted(reply.json()["data"], key=lambda item: item["index"])
             out.append(normalize_rows([item["embedding"] for item in data]))  # (steps, dim)
     return out
+
+
+def naive_base64_embed(base_url: str, responses: list[list[str]]) -> list[npt.NDArray[np.float32]]:
+    """:func:`naive_embed` asking for base64 vectors (little-endian float32) instead."""
+    out = []
+    with httpx.Client(base_url=base_url, timeout=120) as client:
+        for steps in responses:
+            reply = client.post(
+                "/v1/embeddings", json={"model": MODEL, "input": steps, "encoding_format": "base64"}
+            )
+            reply.raise_for_status()
+            data = sorted(reply.json()["data"], key=lambda item: item["index"])
+            rows = [np.frombuffer(base64.b64decode(item["embedding"]), "<f4") for item in data]
+            out.append(normalize_rows(np.stack(rows)))  # (steps, dim)
+    return out
+
+
+def _median_time(
+    embed: Callable[[], npt.NDArray[np.float32]], repeats: int
+) -> tuple[float, npt.NDArray[np.float32]]:
+    """Median wall time of ``repeats`` calls, and the last call's vectors."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        vectors = embed()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), vectors
 
 
 @contextlib.contextmanager
@@ -114,39 +150,45 @@ def _server_process(dim: int) -> Iterator[str]:
             proc.stdout.close()
 
 
-def run(num_responses: int = 256, steps_per_response: int = 40) -> dict[str, float]:
-    """Time both paths on the same synthetic batch; return timings, speedup and request counts.
+def run(
+    num_responses: int = 256, steps_per_response: int = 40, repeats: int = 3
+) -> dict[str, float]:
+    """Time the three paths on the same synthetic batch; return timings, speedups and counts.
 
-    Counts (``requests_*``, ``texts_*``: strings sent after de-duplication) are whole numbers.
+    Counts (``requests_*``, ``texts_*``: strings sent after de-duplication) are whole numbers,
+    per timed run; ``same_vectors`` is True (the run raises otherwise).
     """
     responses = synthetic_steps(num_responses, steps_per_response)
     flat = [step for steps in responses for step in steps]
     with _server_process(dim=384) as url:
         client = OpenAIEmbeddingClient(base_url=url, model=MODEL)
-        # Warm both paths (imports, TLS defaults, first connections) outside the timed region.
+        # Warm every path (imports, TLS defaults, first connections) outside the timed region.
         client.embed(["warm-up"])
         naive_embed(url, [["warm-up"]])
+        naive_base64_embed(url, [["warm-up"]])
         warm = client.stats()
 
-        start = time.perf_counter()
-        naive = np.concatenate(naive_embed(url, responses))  # (steps, dim)
-        naive_s = time.perf_counter() - start
-
-        start = time.perf_counter()
-        batched = client.embed(flat)  # (steps, dim)
-        batched_s = time.perf_counter() - start
+        naive_s, naive = _median_time(lambda: np.concatenate(naive_embed(url, responses)), repeats)
+        naive_base64_s, naive_base64 = _median_time(
+            lambda: np.concatenate(naive_base64_embed(url, responses)), repeats
+        )
+        batched_s, batched = _median_time(lambda: client.embed(flat), repeats)  # (steps, dim)
         stats = client.stats()
 
-    if batched.shape != naive.shape or not np.allclose(batched, naive, atol=1e-6):
+    # Exactly equal: base64 carries the very float32 values the JSON numbers spell out.
+    if not (np.array_equal(batched, naive) and np.array_equal(naive_base64, naive)):
         raise RuntimeError("batched and naive embeddings differ; the benchmark is invalid")
     return {
         "batched_s": batched_s,
         "naive_s": naive_s,
+        "naive_base64_s": naive_base64_s,
         "embedding_speedup": naive_s / batched_s,
-        "requests_batched": stats.requests - warm.requests,
+        "speedup_vs_naive_base64": naive_base64_s / batched_s,
+        "requests_batched": (stats.requests - warm.requests) / repeats,
         "requests_naive": len(responses),
-        "texts_batched": stats.texts_sent - warm.texts_sent,
+        "texts_batched": (stats.texts_sent - warm.texts_sent) / repeats,
         "texts_naive": len(flat),
+        "same_vectors": True,
     }
 
 
@@ -162,9 +204,13 @@ def _print_table(results: dict[str, float]) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in results.items():
-        table.add_row(
-            key, f"{value:.0f}" if key.startswith(("requests", "texts")) else f"{value:.3f}"
-        )
+        if isinstance(value, bool):
+            text = str(value)
+        elif key.startswith(("requests", "texts")):
+            text = f"{value:.0f}"
+        else:
+            text = f"{value:.3f}"
+        table.add_row(key, text)
     Console().print(table)
 
 

@@ -253,7 +253,7 @@ def test_slow_server_times_out_after_all_attempts(server: EmbeddingServer) -> No
         ('{"object": "list"}', "without a 'data' list"),
         (embeddings_body([1.0, 2.0], ["a", "b"]), "non-numeric"),
         (embeddings_body([1.0, 2.0], None), "data[1] without an 'embedding' list"),
-        (embeddings_body([1.0, 2.0], "AAAA"), "data[1] without an 'embedding' list"),
+        (embeddings_body([1.0, 2.0], {"0": 1.0}), "data[1] without an 'embedding' list"),
         (embeddings_body([1.0, 2.0], [1.0]), "different dimensions"),
         (embeddings_body([], []), "not non-empty lists of numbers"),
         (embeddings_body([1.0, 2.0], [3.0, 4.0], indices=[0, 0]), "index 0 more than once"),
@@ -268,7 +268,7 @@ def test_slow_server_times_out_after_all_attempts(server: EmbeddingServer) -> No
         "no-data",
         "strings",
         "null",
-        "base64",
+        "object",
         "ragged",
         "empty-vectors",
         "duplicate-index",
@@ -365,6 +365,8 @@ def test_base_url_path_prefix_is_kept() -> None:
         ("backoff_s", -0.5),
         ("max_backoff_s", 0.001),  # below the default backoff_s
         ("dimensions", 0),
+        ("encoding_format", "int8"),
+        ("encoding_format", None),
     ],
 )
 def test_invalid_constructor_argument_raises_value_error_naming_it(

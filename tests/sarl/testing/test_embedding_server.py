@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 import sarl
@@ -70,6 +72,40 @@ def test_dimensions_truncate_the_vectors(server: EmbeddingServer) -> None:
     assert data[0]["embedding"] == pseudo_embedding("a", DIM)[:4].tolist()
 
 
+@pytest.mark.parametrize("dimensions", [None, 5])
+def test_base64_reply_carries_the_same_float32_values_as_the_float_reply(
+    server: EmbeddingServer, dimensions: int | None
+) -> None:
+    texts = ["one", "two words", "three"]
+    payload: dict[str, Any] = {"model": "m", "input": texts}
+    if dimensions is not None:
+        payload["dimensions"] = dimensions
+    floats = post(server, payload).json()["data"]
+    packed = post(server, {**payload, "encoding_format": "base64"}).json()["data"]
+    for as_float, as_base64, text in zip(floats, packed, texts, strict=True):
+        decoded = np.frombuffer(base64.b64decode(as_base64["embedding"]), dtype="<f4")
+        expected = pseudo_embedding(text, DIM)[: dimensions or DIM].tolist()
+        assert decoded.tolist() == as_float["embedding"] == expected
+        assert as_base64["index"] == as_float["index"]
+    assert (server.stats.requests, server.stats.base64_requests) == (2, 1)
+
+
+def test_float_only_server_refuses_base64_with_400_naming_the_field() -> None:
+    with running_embedding_server(dim=DIM, encoding_formats=("float",)) as srv:
+        refused = post(srv, {"model": "m", "input": ["a"], "encoding_format": "base64"})
+        answered = post(srv, {"model": "m", "input": ["a"], "encoding_format": "float"})
+    assert (refused.status_code, answered.status_code) == (400, 200)
+    error = refused.json()["error"]
+    assert error["param"] == "encoding_format"
+    assert error["message"] == "'encoding_format' must be 'float'"
+
+
+@pytest.mark.parametrize("formats", [(), ("float", "int8"), "float"])
+def test_invalid_encoding_formats_are_rejected(formats: Any) -> None:
+    with pytest.raises(ValueError, match="encoding_formats must be a non-empty subset"):
+        EmbeddingServer(dim=DIM, encoding_formats=formats)
+
+
 @pytest.mark.parametrize(
     ("payload", "param"),
     [
@@ -81,7 +117,8 @@ def test_dimensions_truncate_the_vectors(server: EmbeddingServer) -> None:
         ({"model": "m", "input": ["a", 1]}, "input"),
         ({"model": "m", "input": [[1, 2, 3]]}, "input"),
         ({"model": "m", "input": []}, "input"),
-        ({"model": "m", "input": ["a"], "encoding_format": "base64"}, "encoding_format"),
+        ({"model": "m", "input": ["a"], "encoding_format": "int8"}, "encoding_format"),
+        ({"model": "m", "input": ["a"], "encoding_format": None}, "encoding_format"),
         ({"model": "m", "input": ["a"], "dimensions": 0}, "dimensions"),
         ({"model": "m", "input": ["a"], "dimensions": DIM + 1}, "dimensions"),
         ({"model": "m", "input": ["a"], "dimensions": "4"}, "dimensions"),
@@ -199,29 +236,60 @@ def test_invalid_dim_is_rejected() -> None:
         EmbeddingServer(dim=0)
 
 
-def _ignore_sigint() -> None:
+# Hang guards for a loaded machine (a busy `make test`): the server starts in well under a second
+# and exits at once on a stop signal, so these bounds are never approached when things work.
+START_TIMEOUT_S = 60.0
+EXIT_TIMEOUT_S = 60.0
+
+
+def _ignore_stop_signals() -> None:
+    # What a child of `make test &` in a non-interactive shell (or of a runner doing this) gets.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize("inherited", ["default", "ignored"])
-def test_module_runs_the_server_in_the_foreground(inherited: str) -> None:
-    """Ctrl-C stops it, also when the parent (a test runner, a background shell job) left SIGINT
-    ignored: a child inherits that, and the server would otherwise never stop."""
+def _block_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+_INHERITED = {"default": None, "ignored": _ignore_stop_signals, "blocked": _block_stop_signals}
+
+
+def _first_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    """The process's first stdout line (its readiness banner), waiting at most ``timeout_s``."""
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if not lines:
+        raise AssertionError(f"the server printed no line within {timeout_s:g} s")
+    return lines[0]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("inherited", list(_INHERITED))
+def test_module_runs_the_server_in_the_foreground(signum: signal.Signals, inherited: str) -> None:
+    """Ctrl-C (SIGINT) and SIGTERM stop it cleanly (exit 0), also when the parent left the
+    signals ignored or blocked: a child inherits both, and the server would never stop."""
     src = str(Path(sarl.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "sarl.testing.embedding_server", "--port", "0", "--dim", "4"]
-    pre = _ignore_sigint if inherited == "ignored" else None
+    pre = _INHERITED[inherited]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, preexec_fn=pre)
     try:
-        assert proc.stdout is not None
-        match = re.search(r"(http://\S+)/v1/embeddings", proc.stdout.readline())
+        # The banner is printed once the stop signals are caught; the socket already accepts.
+        match = re.search(r"(http://\S+)/v1/embeddings", _first_line(proc, START_TIMEOUT_S))
         assert match, "the server should print its URL"
         reply = httpx.post(
-            f"{match.group(1)}/v1/embeddings", json={"model": "m", "input": ["a"]}, timeout=10
+            f"{match.group(1)}/v1/embeddings",
+            json={"model": "m", "input": ["a"]},
+            timeout=START_TIMEOUT_S,
         )
         assert len(json.loads(reply.text)["data"][0]["embedding"]) == 4
-        proc.send_signal(signal.SIGINT)  # Ctrl-C stops it cleanly
-        assert proc.wait(timeout=20) == 0
+        proc.send_signal(signum)
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -7,11 +7,17 @@ flight, retries transient failures with capped exponential backoff, and checks e
 trusting it: a failure raises :class:`~sarl.embedding.base.EmbeddingError`, never zeros or a
 partial result. ``factory.make_embedder`` builds it from CLI/config settings; benchmarks and,
 later, Prometheus metrics read its counters through :meth:`OpenAIEmbeddingClient.stats`.
+
+Vectors travel as ``encoding_format: "base64"`` (each vector's little-endian float32 bytes, as
+OpenAI, vLLM and sarl's embedding service send them): a quarter of the bytes of JSON numbers and
+no float parsing, which was most of the client's time. A server that refuses base64 is asked
+again in floats, and the client keeps using floats from then on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import json
 import logging
@@ -21,7 +27,7 @@ import ssl
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -43,6 +49,11 @@ from sarl.http.retry import (
 _LOG = logging.getLogger(__name__)
 
 API_KEY_ENV = "SARL_EMBEDDING_API_KEY"
+
+EncodingFormat = Literal["base64", "float"]
+ENCODING_FORMATS: tuple[EncodingFormat, ...] = ("base64", "float")
+# How servers refuse a request field they do not support: 400 (OpenAI, vLLM) or 422 (FastAPI).
+_REFUSAL_STATUSES = (400, 422)
 
 
 @dataclass(frozen=True)
@@ -114,8 +125,10 @@ def _is_transient(status: int) -> bool:
 def _parse_embeddings(content: bytes, expected: int) -> npt.NDArray[np.float64]:
     """Check a 200 body and return its embeddings as ``(expected, dim)`` in input order.
 
-    Problems raise :class:`Retryable` phrased to follow the URL ("... returned 3 embeddings for
-    4 inputs"): a truncated or garbled body is often a proxy or server hiccup worth retrying.
+    Each item's ``embedding`` may be a list of numbers or base64 text (little-endian float32),
+    whichever was asked for: some servers ignore ``encoding_format``. Problems raise
+    :class:`Retryable` phrased to follow the URL ("... returned 3 embeddings for 4 inputs"): a
+    truncated or garbled body is often a proxy or server hiccup worth retrying.
     """
     try:
         payload = json.loads(content)
@@ -126,7 +139,7 @@ def _parse_embeddings(content: bytes, expected: int) -> npt.NDArray[np.float64]:
         raise Retryable("returned JSON without a 'data' list")
     if len(data) != expected:
         raise Retryable(f"returned {len(data)} embeddings for {expected} inputs")
-    rows: list[Any] = [None] * expected
+    rows: list[npt.NDArray[Any] | None] = [None] * expected
     for position, item in enumerate(data):
         index = item.get("index") if isinstance(item, dict) else None
         # Order by the reply's own index; OpenAI does not promise list order matches input order.
@@ -134,21 +147,64 @@ def _parse_embeddings(content: bytes, expected: int) -> npt.NDArray[np.float64]:
             raise Retryable(f"returned data[{position}] without a valid 'index'")
         if rows[index] is not None:
             raise Retryable(f"returned index {index} more than once")
-        embedding = item.get("embedding")
-        if not isinstance(embedding, list):  # e.g. null, or a base64 string
-            raise Retryable(f"returned data[{position}] without an 'embedding' list of numbers")
-        rows[index] = embedding
-    try:
-        array = np.array(rows)  # no dtype: strings, None or nesting must show up, not be cast
-    except ValueError as e:  # ragged rows
-        raise Retryable("returned embeddings of different dimensions") from e
-    if array.ndim != 2 or array.shape[1] == 0:
+        rows[index] = _embedding_row(item.get("embedding"), position, index)
+    filled = [row for row in rows if row is not None]  # all: indices are distinct and in range
+    if len({row.shape[0] for row in filled}) > 1:
+        raise Retryable("returned embeddings of different dimensions")
+    array = np.stack(filled)  # (expected, dim)
+    if array.shape[1] == 0:
         raise Retryable("returned embeddings that are not non-empty lists of numbers")
-    if array.dtype.kind not in "iuf":
-        raise Retryable("returned non-numeric embedding values")
     if not np.all(np.isfinite(array)):
         raise Retryable("returned NaN or infinite embedding values")
     return array.astype(np.float64)  # (expected, dim)
+
+
+def _embedding_row(embedding: object, position: int, index: int) -> npt.NDArray[Any]:
+    """One item's ``embedding`` as a numeric ``(dim,)`` array, from base64 text or numbers."""
+    if isinstance(embedding, str):
+        return _decode_base64(embedding, position, index)
+    if not isinstance(embedding, list):  # e.g. null
+        raise Retryable(
+            f"returned data[{position}] without an 'embedding' list of numbers or base64 text"
+        )
+    try:
+        row = np.array(embedding)  # no dtype: strings, None or nesting must show up, not be cast
+    except ValueError as e:  # ragged nesting
+        raise Retryable("returned embeddings that are not non-empty lists of numbers") from e
+    if row.ndim != 1:
+        raise Retryable("returned embeddings that are not non-empty lists of numbers")
+    if row.dtype.kind not in "iuf":
+        raise Retryable("returned non-numeric embedding values")
+    return row  # (dim,)
+
+
+def _decode_base64(text: str, position: int, index: int) -> npt.NDArray[np.float32]:
+    """Decode OpenAI's base64 embedding: little-endian float32 values, ``(dim,)``."""
+    where = f"data[{position}] (index {index})"
+    try:
+        raw = base64.b64decode(text, validate=True)  # strict: stray characters are an error
+    except ValueError as e:  # binascii.Error, or non-ASCII text
+        raise Retryable(
+            f"returned {where} with an 'embedding' that is not valid base64 ({e})"
+        ) from e
+    if not raw or len(raw) % 4:
+        raise Retryable(
+            f"returned {where} with a base64 'embedding' of {len(raw)} bytes, not a whole "
+            "number of float32 values"
+        )
+    return np.frombuffer(raw, dtype="<f4")  # (dim,)
+
+
+def _refuses_base64(response: httpx.Response) -> bool:
+    """Whether an error reply says the server does not do ``encoding_format: "base64"``.
+
+    The reply must name the field or the format (OpenAI/vLLM's error message, FastAPI's
+    validation detail), so an unrelated 400 ("input is too long") still fails at once.
+    """
+    if response.status_code not in _REFUSAL_STATUSES:
+        return False
+    text = response.text[:4096].lower()
+    return "encoding_format" in text or "base64" in text
 
 
 def _dedupe(texts: Sequence[str]) -> tuple[list[str], npt.NDArray[np.intp]]:
@@ -176,7 +232,10 @@ class OpenAIEmbeddingClient:
     200 replies are retried up to ``max_retries`` times after exponential backoff with full jitter
     (base ``backoff_s``, capped at ``max_backoff_s``; a numeric ``Retry-After`` is honoured up to
     the cap); other HTTP errors fail at once. ``dimensions`` is passed to models that can shorten
-    their embeddings.
+    their embeddings. ``encoding_format`` is how vectors are asked for: ``"base64"`` (compact and
+    fast to decode) unless the server refuses it with a 400/422 naming the field, in which case
+    that request is repeated in ``"float"`` and, once floats work, every later request of this
+    client asks for floats (requests already in flight then may be refused and repeated too).
 
     No connection outlives a call (see :meth:`aembed`), so there is nothing to close.
     """
@@ -194,6 +253,7 @@ class OpenAIEmbeddingClient:
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
         dimensions: int | None = None,
+        encoding_format: EncodingFormat = "base64",
     ) -> None:
         self._url = _endpoint_url(base_url)
         if not isinstance(model, str) or not model.strip():
@@ -216,6 +276,13 @@ class OpenAIEmbeddingClient:
                 f"max_backoff_s must be >= backoff_s ({self._backoff_s:g}), got {max_backoff_s!r}"
             )
         self._dimensions = None if dimensions is None else _int_param("dimensions", dimensions, 1)
+        if encoding_format not in ENCODING_FORMATS:
+            raise ValueError(
+                f"encoding_format must be one of {ENCODING_FORMATS}, got {encoding_format!r}"
+            )
+        # Switched to "float" (from any thread: a str assignment is atomic) when a server
+        # refuses base64; never switched back.
+        self._encoding_format: EncodingFormat = encoding_format
         self._counters = Counters("requests", "retries", "texts_in", "texts_sent", "failures")
         # embed() runs calls on fresh event loops: one semaphore per loop.
         self._semaphores = LoopSemaphores(self._max_concurrency)
@@ -229,6 +296,11 @@ class OpenAIEmbeddingClient:
     def model(self) -> str:
         """The model name sent with every request."""
         return self._model
+
+    @property
+    def encoding_format(self) -> EncodingFormat:
+        """How the next request asks for vectors: ``"base64"``, or ``"float"`` after a refusal."""
+        return self._encoding_format
 
     def __repr__(self) -> str:
         key = "<set>" if self._api_key else None
@@ -307,14 +379,11 @@ class OpenAIEmbeddingClient:
         self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, batch: list[str]
     ) -> npt.NDArray[np.float64]:
         """Send one batch, retrying transient failures; ``(len(batch), dim)``."""
-        body: dict[str, Any] = {"model": self._model, "input": batch, "encoding_format": "float"}
-        if self._dimensions is not None:
-            body["dimensions"] = self._dimensions
         attempts = self._max_retries + 1
         for attempt in range(1, attempts + 1):
             try:
                 async with semaphore:  # held only while a request is in flight, not while waiting
-                    return await self._attempt(client, body, len(batch))
+                    return await self._attempt(client, batch)
             except Retryable as e:
                 last = e
             if attempt < attempts:
@@ -334,12 +403,39 @@ class OpenAIEmbeddingClient:
             f"(max_retries={self._max_retries})"
         ) from last
 
+    def _body(self, batch: list[str], encoding_format: EncodingFormat) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._model,
+            "input": batch,
+            "encoding_format": encoding_format,
+        }
+        if self._dimensions is not None:
+            body["dimensions"] = self._dimensions
+        return body
+
     async def _attempt(
-        self, client: httpx.AsyncClient, body: dict[str, Any], expected: int
+        self, client: httpx.AsyncClient, batch: list[str]
     ) -> npt.NDArray[np.float64]:
-        """Send one request; transient failures raise :class:`Retryable`, others EmbeddingError."""
+        """Send one request (two if base64 is refused); transient failures raise
+        :class:`Retryable`, others EmbeddingError."""
+        encoding_format = self._encoding_format
         self._counters.bump(requests=1)
-        response = await post_once(client, self._url, body, self._timeout_s)
+        response = await post_once(
+            client, self._url, self._body(batch, encoding_format), self._timeout_s
+        )
+        if encoding_format == "base64" and _refuses_base64(response):
+            refusal = f"HTTP {response.status_code}: {server_message(response)}"
+            self._counters.bump(requests=1)
+            response = await post_once(
+                client, self._url, self._body(batch, "float"), self._timeout_s
+            )
+            if response.status_code == 200 and self._encoding_format == "base64":
+                self._encoding_format = "float"
+                _LOG.warning(
+                    "%s refused encoding_format 'base64' (%s); asking for floats from now on",
+                    self._url,
+                    refusal,
+                )
         status = response.status_code
         verdict = classify_status(status, transient=_is_transient)
         if verdict == "retry":
@@ -350,4 +446,4 @@ class OpenAIEmbeddingClient:
                 f"{self._url} rejected the request with HTTP {status}: "
                 f"{server_message(response)} (not retried)"
             )
-        return _parse_embeddings(response.content, expected)
+        return _parse_embeddings(response.content, len(batch))

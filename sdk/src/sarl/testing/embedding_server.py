@@ -4,7 +4,9 @@ Used by the embedding-client tests, the embedding benchmark and demos whenever n
 (vLLM, KServe's Hugging Face runtime) is around. It speaks the same wire format as vLLM, so the
 client under test does real HTTP, JSON and connection handling; only the vectors are fake:
 each text maps to a deterministic pseudo-embedding (:func:`pseudo_embedding`), so any two
-servers agree and tests can compute the expected vectors themselves.
+servers agree and tests can compute the expected vectors themselves. Like OpenAI and vLLM it
+answers ``encoding_format: "float"`` (the default: JSON numbers) and ``"base64"`` (each vector's
+little-endian float32 bytes, base64-encoded); both carry exactly the same float32 values.
 
 Tests script per-request behaviour with :class:`Fault` values (error status, delay, malformed
 body, wrong count, dropped connection), given as a list (request ``i`` gets item ``i``) or a
@@ -15,6 +17,7 @@ Run it in the foreground with ``python -m sarl.testing.embedding_server --port 8
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -42,6 +45,7 @@ from sarl.testing.http_server import (
 DEFAULT_DIM = 384
 # Large enough for thousands of long steps per request, small enough to refuse runaway uploads.
 _MAX_BODY_BYTES = 64 * 1024 * 1024
+ENCODING_FORMATS = ("float", "base64")
 
 
 def pseudo_embedding(text: str, dim: int = DEFAULT_DIM) -> npt.NDArray[np.float32]:
@@ -134,14 +138,23 @@ class ServerStats:
     requests: int  # POST /v1/embeddings requests received, faulted and invalid ones included
     texts: int  # input strings in requests that were answered with embeddings
     max_in_flight: int  # most requests being handled at the same time
+    base64_requests: int = 0  # requests answered with base64 embeddings (the rest: floats)
 
 
 def _invalid(message: str, param: str | None) -> BadRequest:
     return BadRequest(400, message, param=param)
 
 
-def _parse_request(body: bytes, dim: int) -> tuple[str, list[str], int | None]:
-    """Validate an embeddings request body; return ``(model, inputs, dimensions)``."""
+@dataclass(frozen=True)
+class _Request:
+    model: str
+    inputs: list[str]
+    dimensions: int | None
+    encoding_format: str  # one of ENCODING_FORMATS
+
+
+def _parse_request(body: bytes, dim: int, formats: tuple[str, ...]) -> _Request:
+    """Validate an embeddings request body; ``formats`` are the encoding formats served."""
     payload, model = parse_model_request(body)
     raw_input = payload.get("input")
     inputs = [raw_input] if isinstance(raw_input, str) else raw_input
@@ -150,14 +163,16 @@ def _parse_request(body: bytes, dim: int) -> tuple[str, list[str], int | None]:
         raise _invalid("'input' is required and must be a string or a list of strings", "input")
     if not inputs:
         raise _invalid("'input' must not be an empty list", "input")
-    if payload.get("encoding_format", "float") != "float":
-        raise _invalid("only encoding_format 'float' is supported", "encoding_format")
+    encoding_format = payload.get("encoding_format", "float")
+    if encoding_format not in formats:  # as OpenAI: no null, no other formats
+        allowed = " or ".join(repr(f) for f in formats)
+        raise _invalid(f"'encoding_format' must be {allowed}", "encoding_format")
     dims = payload.get("dimensions")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int)):
         raise _invalid("'dimensions' must be an integer", "dimensions")
     if dims is not None and not 1 <= dims <= dim:
         raise _invalid(f"'dimensions' must be between 1 and {dim}, got {dims}", "dimensions")
-    return model, inputs, dims
+    return _Request(model, inputs, dims, encoding_format)
 
 
 class _Handler(LoopbackHandler):
@@ -204,11 +219,11 @@ class _Handler(LoopbackHandler):
         app = self._app
         try:
             self.check_auth(app.api_key)
-            model, inputs, dims = _parse_request(body, app.dim)
+            request = _parse_request(body, app.dim, app.encoding_formats)
         except BadRequest as e:
             self.send_json(e.status, error_json(e.message, e.kind, e.param, e.status))
             return
-        self.send_json(200, json.dumps(app._respond(model, inputs, dims, fault)))
+        self.send_json(200, json.dumps(app._respond(request, fault)))
 
 
 class EmbeddingServer(LoopbackServer):
@@ -217,7 +232,8 @@ class EmbeddingServer(LoopbackServer):
     The socket is bound on construction; :meth:`start` serves on a background thread and
     :meth:`stop` shuts down, cutting injected delays short and closing open connections.
     ``api_key``, when set, is required as ``Authorization: Bearer <key>`` (401 otherwise),
-    as with vLLM's ``--api-key``.
+    as with vLLM's ``--api-key``. ``encoding_formats`` are the formats it serves (both by
+    default); ``("float",)`` plays an older server that refuses base64 with a 400.
     """
 
     def __init__(
@@ -228,25 +244,35 @@ class EmbeddingServer(LoopbackServer):
         port: int = 0,
         faults: FaultPlan | None = None,
         api_key: str | None = None,
+        encoding_formats: Sequence[str] = ENCODING_FORMATS,
     ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
+        formats = tuple(encoding_formats)
+        if not formats or not set(formats) <= set(ENCODING_FORMATS):
+            raise ValueError(
+                f"encoding_formats must be a non-empty subset of {ENCODING_FORMATS}, "
+                f"got {encoding_formats!r}"
+            )
         self.dim = dim
         self.api_key = api_key
+        self.encoding_formats = formats
         self._faults = faults
-        self._requests = self._texts = 0
+        self._requests = self._texts = self._base64_requests = 0
         super().__init__(host=host, port=port, handler=_Handler, name="embedding-server")
 
     @property
     def stats(self) -> ServerStats:
         """What the server has seen so far."""
         with self._lock:
-            return ServerStats(self._requests, self._texts, self._max_in_flight)
+            return ServerStats(
+                self._requests, self._texts, self._max_in_flight, self._base64_requests
+            )
 
     def reset_stats(self) -> None:
         """Zero the counters (fault plans keep counting from the new request 0)."""
         with self._lock:
-            self._requests = self._texts = self._max_in_flight = 0
+            self._requests = self._texts = self._max_in_flight = self._base64_requests = 0
 
     def set_faults(self, faults: FaultPlan | None) -> None:
         """Replace the fault plan; it applies from the next request on."""
@@ -265,21 +291,20 @@ class EmbeddingServer(LoopbackServer):
             return plan(index) or Fault()
         return (plan[index] if index < len(plan) else None) or Fault()
 
-    def _respond(
-        self, model: str, inputs: list[str], dims: int | None, fault: Fault
-    ) -> dict[str, Any]:
-        """Build vLLM's response body for ``inputs`` (the real per-text work happens here)."""
-        width = dims or self.dim
+    def _respond(self, request: _Request, fault: Fault) -> dict[str, Any]:
+        """Build vLLM's response body for the request (the real per-text work happens here)."""
+        inputs = request.inputs
+        width = request.dimensions or self.dim
+        vectors = np.empty((len(inputs), width), dtype="<f4")  # (n, width), little-endian
+        for i, text in enumerate(inputs):
+            vectors[i] = pseudo_embedding(text, self.dim)[:width]
         data = [
-            {
-                "object": "embedding",
-                "index": i,
-                "embedding": pseudo_embedding(t, self.dim)[:width].tolist(),
-            }
-            for i, t in enumerate(inputs)
+            {"object": "embedding", "index": i, "embedding": embedding}
+            for i, embedding in enumerate(_encode(vectors, request.encoding_format))
         ]
         with self._lock:
             self._texts += len(inputs)
+            self._base64_requests += request.encoding_format == "base64"
         if fault.count_delta < 0:
             data = data[: max(0, len(data) + fault.count_delta)]
         for extra in range(fault.count_delta):
@@ -291,10 +316,22 @@ class EmbeddingServer(LoopbackServer):
             "id": f"embd-{time.monotonic_ns():x}",
             "object": "list",
             "created": int(time.time()),
-            "model": model,
+            "model": request.model,
             "data": data,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
+
+
+def _encode(vectors: npt.NDArray[np.float32], encoding_format: str) -> list[Any]:
+    """Each row of ``vectors`` (n, width) as OpenAI sends it: a list of numbers or base64 text.
+
+    The float form is every float32 value as the shortest decimal of the equal double
+    (``tolist``), so a client parsing either form gets the same float32 numbers.
+    """
+    if encoding_format == "base64":
+        return [base64.b64encode(row.tobytes()).decode("ascii") for row in vectors]
+    rows: list[Any] = vectors.tolist()  # (n, width) Python floats
+    return rows
 
 
 @contextlib.contextmanager
@@ -305,9 +342,17 @@ def running_embedding_server(
     port: int = 0,
     faults: FaultPlan | None = None,
     api_key: str | None = None,
+    encoding_formats: Sequence[str] = ENCODING_FORMATS,
 ) -> Iterator[EmbeddingServer]:
     """Start an :class:`EmbeddingServer` on a background thread; stop it on exit."""
-    with EmbeddingServer(dim=dim, host=host, port=port, faults=faults, api_key=api_key) as server:
+    with EmbeddingServer(
+        dim=dim,
+        host=host,
+        port=port,
+        faults=faults,
+        api_key=api_key,
+        encoding_formats=encoding_formats,
+    ) as server:
         yield server
 
 

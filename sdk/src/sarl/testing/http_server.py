@@ -1,13 +1,20 @@
 """Lifecycle machinery shared by the local test servers (stdlib HTTP on loopback).
 
 Used by :mod:`sarl.testing.embedding_server` and :mod:`sarl.testing.chat_server`, which the
-tests, benchmarks, demos and reward-service tests start in-process. :class:`LoopbackServer` binds
-the socket on construction, serves on a background thread (:meth:`LoopbackServer.start`) or in
-the foreground, and on :meth:`LoopbackServer.stop` cuts scripted delays short and closes the
-connections still open; it also tracks connections and counts requests in flight.
-:class:`LoopbackHandler` is the matching request handler base: HTTP/1.1 keep-alive, the shared
-``GET`` routes (``/health``, ``/v1/models``) and helpers that write JSON and OpenAI-style error
-replies. Each server subclasses both and adds its own route, validation and reply logic.
+tests, benchmarks, demos and reward-service tests start in-process, and whose ``main`` runs them
+in the foreground (:func:`serve_in_foreground`). :class:`LoopbackServer` binds the socket on
+construction, serves on a background thread (:meth:`LoopbackServer.start`) or in the foreground
+until SIGINT or SIGTERM (:meth:`LoopbackServer.serve_until_signalled`), and on
+:meth:`LoopbackServer.stop` cuts scripted delays short and closes the connections still open; it
+also tracks connections and counts requests in flight. :class:`LoopbackHandler` is the matching
+request handler base: HTTP/1.1 keep-alive, the shared ``GET`` routes (``/health``,
+``/v1/models``) and helpers that write JSON and OpenAI-style error replies. Each server
+subclasses both and adds its own route, validation and reply logic.
+
+Stopping is event-driven, never polled: the accept loop blocks in ``select`` on the listening
+socket and a wake-up socket, which :meth:`LoopbackServer.stop` writes to and, in the foreground,
+the C-level signal handler too (:func:`signal.set_wakeup_fd`), whichever thread the kernel
+delivered the signal to. So a stop takes effect at once on a busy machine as on an idle one.
 """
 
 from __future__ import annotations
@@ -17,17 +24,26 @@ import contextlib
 import json
 import logging
 import math
+import selectors
+import signal
 import socket
 import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
 from typing import Any, ClassVar, Protocol, Self, TypeVar, cast
 
 _LOG = logging.getLogger(__name__)
 
 JSON_CONTENT_TYPE = "application/json"
-# serve_forever's poll interval: fast shutdown; the default 0.5 s slows every test.
-_POLL_INTERVAL_S = 0.05
+# What stops a server in the foreground: Ctrl-C, and what a shell's kill, Kubernetes or a test's
+# proc.terminate() sends.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The byte stop() writes to the wake-up socket; set_wakeup_fd writes each signal's number.
+_STOP_BYTE = 0
+_WAKE_BYTES = frozenset({_STOP_BYTE, *(int(s) & 0xFF for s in STOP_SIGNALS)})
+# A hang guard for stop()'s wait on the accept loop, which exits as soon as it is woken.
+_STOP_WAIT_S = 10.0
 
 S = TypeVar("S", bound="LoopbackServer")
 
@@ -108,29 +124,39 @@ def serve_in_foreground(
     banner: Callable[[S], str],
     errors: tuple[type[Exception], ...] = (OSError,),
 ) -> int:
-    """Build the server (``errors`` become usage errors), print ``banner``, serve until Ctrl-C."""
+    """Build the server (``errors`` become usage errors), print ``banner`` once SIGINT and
+    SIGTERM are caught (a line to wait for: the socket already accepts), serve until one of them
+    arrives, stop, and return 0."""
     try:
         server = make_server()
     except errors as e:
         parser.error(str(e))
-    _ctrl_c_interrupts()
-    print(banner(server), flush=True)
-    server.serve_until_interrupted()
+    server.serve_until_signalled(on_ready=lambda: print(banner(server), flush=True))
     return 0
 
 
-def _ctrl_c_interrupts() -> None:
-    """Make SIGINT raise KeyboardInterrupt here, whatever this process inherited.
+def _note_signal(signum: int, frame: FrameType | None) -> None:
+    """The Python-level handler of the stop signals: nothing to do here.
 
-    A child inherits an ignored SIGINT (and a blocked one) from its parent, e.g. a test runner
-    or a shell job started in the background; Python then never installs its KeyboardInterrupt
-    handler and Ctrl-C would not stop the server: the parent's wait hangs.
+    Installing it makes the C-level handler write the signal's number to the wake-up socket
+    (``signal.set_wakeup_fd``), which is what stops the accept loop. Raising (as SIGINT's
+    default ``KeyboardInterrupt`` does) would land at an arbitrary point of the main thread,
+    e.g. half-way through stopping; and it would only run once the main thread ran bytecode
+    again, which it does not while blocked in ``select`` when another thread got the signal.
     """
-    import signal
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+def _catch_stop_signals() -> dict[int, Any]:
+    """Route SIGINT and SIGTERM to :func:`_note_signal`; return the handlers they had.
+
+    Whatever this process inherited: a child inherits an ignored SIGINT from a parent such as a
+    test runner or a background shell job (Python then installs no ``KeyboardInterrupt``
+    handler), and a blocked signal mask, which would keep the signals pending forever.
+    """
+    previous = {int(s): signal.signal(s, _note_signal) for s in STOP_SIGNALS}
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))
+    return previous
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -149,6 +175,12 @@ class _HTTPServer(ThreadingHTTPServer):
     ) -> None:
         self.app = app
         super().__init__(address, handler)
+
+    def accept_one(self) -> None:
+        """Accept a pending connection and start its handler thread (the listening socket is
+        readable, so this does not block); what ``serve_forever`` does per ready ``select``."""
+        # socketserver's own per-request step (errors handled, request closed); typeshed omits it.
+        self._handle_request_noblock()  # type: ignore[attr-defined]
 
 
 class LoopbackHandler(BaseHTTPRequestHandler):
@@ -268,12 +300,18 @@ class LoopbackServer:
     def __init__(self, *, host: str, port: int, handler: type[LoopbackHandler], name: str) -> None:
         self._name = name
         self._lock = threading.Lock()
-        self._closing = threading.Event()
+        self._closing = threading.Event()  # set by stop(): cuts scripted delays short
+        self._stopped = False  # guarded by _lock
+        self._loop_done = threading.Event()  # clear while an accept loop runs
+        self._loop_done.set()
         self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
-        self._serving = False
         self._in_flight = self._max_in_flight = 0
         self._httpd = _HTTPServer((host, port), handler, self)
+        # Wakes the accept loop at once: stop() writes _STOP_BYTE, and in the foreground so does
+        # every signal, whichever thread the kernel delivers it to (see serve_until_signalled).
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_w.setblocking(False)
 
     @property
     def url(self) -> str:
@@ -285,45 +323,89 @@ class LoopbackServer:
         """Serve on a daemon thread; returns ``self``."""
         if self._thread is not None:
             raise RuntimeError("server already started")
-        self._serving = True
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": _POLL_INTERVAL_S},
-            name=f"{self._name}-{self.url}",
-            daemon=True,
+            target=self.serve_forever, name=f"{self._name}-{self.url}", daemon=True
         )
         self._thread.start()
         return self
 
     def serve_forever(self) -> None:
-        """Serve in the calling thread until interrupted or :meth:`stop` is called elsewhere."""
-        self._serving = True
-        self._httpd.serve_forever(poll_interval=_POLL_INTERVAL_S)
-
-    def serve_until_interrupted(self) -> None:
-        """Serve in the foreground until Ctrl-C, then stop."""
+        """Serve in the calling thread until :meth:`stop` is called (from another thread)."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._loop_done.clear()
         try:
-            self.serve_forever()
-        except KeyboardInterrupt:
-            pass
+            with selectors.DefaultSelector() as selector:
+                selector.register(self._httpd, selectors.EVENT_READ)
+                selector.register(self._wake_r, selectors.EVENT_READ)
+                while not self._closing.is_set():
+                    for key, _ in selector.select():  # no timeout: woken, never polled
+                        if key.fileobj is self._wake_r:
+                            self._drain_wake_ups()
+                        elif not self._closing.is_set():
+                            self._httpd.accept_one()
         finally:
-            self.stop()
+            self._loop_done.set()
+
+    def serve_until_signalled(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Serve in the main thread until SIGINT or SIGTERM (or :meth:`stop`), then stop.
+
+        ``on_ready`` runs once the signals are caught, e.g. to print a line a parent waits for.
+        The signals' previous handlers are restored on return.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("serve_until_signalled must run in the main thread")
+        previous = _catch_stop_signals()
+        try:
+            wakeup_fd = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+            try:
+                if on_ready is not None:
+                    on_ready()
+                self.serve_forever()
+            finally:
+                # Before stop() closes the wake-up socket: a later signal must not be written
+                # to a closed (or since reused) descriptor.
+                signal.set_wakeup_fd(wakeup_fd)
+                self.stop()
+        finally:
+            for signum, handler in previous.items():
+                # None: a handler not installed from Python, which cannot be put back.
+                signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
     def stop(self) -> None:
-        """Stop serving, wake delayed handlers, close the socket and any open connections."""
+        """Stop serving, wake delayed handlers, close the socket and any open connections.
+
+        Prompt: the accept loop is woken, not polled; waits are bounded. Idempotent.
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
         self._closing.set()
-        if self._serving:
-            # shutdown() waits for serve_forever to notice; it would block if it never ran.
-            self._httpd.shutdown()
-            self._serving = False
+        with contextlib.suppress(OSError):  # full: a wake-up is already pending
+            self._wake_w.send(bytes([_STOP_BYTE]))
+        if not self._loop_done.wait(_STOP_WAIT_S):
+            _LOG.warning("%s: accept loop still running %g s after stop", self._name, _STOP_WAIT_S)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=_STOP_WAIT_S)
         self._httpd.server_close()
         with self._lock:
             connections = list(self._connections)
         for conn in connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+            _hang_up(conn)
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _drain_wake_ups(self) -> None:
+        """Read the wake-up socket; a stop byte or stop signal ends the accept loop."""
+        try:
+            data = self._wake_r.recv(4096)
+        except OSError:  # closed under us: stop() gave up waiting
+            data = bytes([_STOP_BYTE])
+        # Other signals with Python handlers (e.g. a test runner's SIGALRM) also write here.
+        if not data or not _WAKE_BYTES.isdisjoint(data):
+            self._closing.set()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -335,10 +417,15 @@ class LoopbackServer:
 
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
-            if add:
-                self._connections.add(conn)
-            else:
+            if not add:
                 self._connections.discard(conn)
+                return
+            if not self._stopped:
+                self._connections.add(conn)
+                return
+        # Accepted just as the server stopped, after stop() hung up on the others: without
+        # this the handler would wait out its idle timeout on a connection nobody closes.
+        _hang_up(conn)
 
     def _request_started(self) -> None:
         """Count one more request in flight; the caller holds ``self._lock``."""
@@ -348,3 +435,9 @@ class LoopbackServer:
     def _request_finished(self) -> None:
         with self._lock:
             self._in_flight -= 1
+
+
+def _hang_up(conn: socket.socket) -> None:
+    """Shut a connection down both ways, waking a handler blocked reading it."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
