@@ -2,13 +2,20 @@
 
 The package holds the reward core (pure scoring functions, no torch/Kubernetes/trainer imports),
 embedding clients, thin framework adapters under ``sarl.integrations``, and the ``sarl`` CLI.
-Nothing heavy is imported here so ``import sarl`` stays fast.
+From Python: ``sarl.Client`` (local and cluster runs), ``sarl.Experiment`` (the spec) and
+``sarl.compare`` (runs side by side). Nothing heavy is imported here so ``import sarl`` stays
+fast.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy exports below are, for type checkers
+    from sarl.client import Client
+    from sarl.spec.experiment import Experiment
+    from sarl.tracking.compare import compare
 
 __version__ = "0.1.0"
-__all__ = ["Client", "Experiment", "__version__"]
+__all__ = ["Client", "Experiment", "__version__", "compare"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +28,9 @@ def __getattr__(name: str) -> Any:
         from sarl.spec.experiment import Experiment
 
         return Experiment
+    if name == "compare":
+        # sarl.compare(run_a, run_b, ...): a Comparison (tables, to_frame(), figure()).
+        from sarl.tracking.compare import compare
+
+        return compare
     raise AttributeError(f"module 'sarl' has no attribute {name!r}")

@@ -1,13 +1,17 @@
 """``sarl.Client``: the Python entry point to run Experiments from notebooks and scripts.
 
-``sarl.Client.local().run(exp)`` trains on this machine (the embedded default);
-``sarl.Client().submit(exp)`` runs it on a Kubernetes cluster with the sarl platform chart
-installed (``Client`` is :class:`sarl.cluster.ClusterClient`: submit, get, list, status, wait,
-logs, delete; needs ``pip install 'sarl[cluster]'``). Called by users and by ``sarl run``.
+``sarl.Client.local().run(exp)`` trains on this machine (the embedded default) and returns a
+:class:`~sarl.runner.result.RunResult`; ``.study(doc)`` runs a Study here
+(:class:`~sarl.study.runner.StudyResult`); ``.compare(...)`` puts runs side by side
+(:class:`~sarl.tracking.compare.Comparison`). Each result renders as a table in Jupyter and in a
+terminal. ``sarl.Client().submit(exp)`` runs it on a Kubernetes cluster with the sarl platform
+chart installed (``Client`` is :class:`sarl.cluster.ClusterClient`: submit, get, list, status,
+wait, logs, delete; needs ``pip install 'sarl[cluster]'``). Called by users and by ``sarl run``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +21,9 @@ from sarl.spec.loader import load_experiment, load_study
 from sarl.spec.study import Study
 
 if TYPE_CHECKING:
+    from sarl.runner.result import RunResult
     from sarl.study.runner import StudyResult
+    from sarl.tracking.compare import Comparison, HasRunId
 
 
 class LocalClient:
@@ -40,12 +46,16 @@ class LocalClient:
 
     def run(
         self, experiment: Experiment | dict[str, Any] | str | Path, *, resume: bool = False
-    ) -> Any:
-        """Train locally; returns a ``sarl.runner.local.RunResult``. ``resume`` continues from
-        the last complete checkpoint and the same MLflow run."""
+    ) -> RunResult:
+        """Train locally. ``resume`` continues from the last complete checkpoint and the same
+        MLflow run. Ctrl-C (a notebook's "interrupt") closes the MLflow run ``KILLED`` and stops
+        the run's worker processes before ``KeyboardInterrupt`` reaches the caller; running again
+        (``resume=True`` to continue) works in the same process."""
+        from sarl.progress import quiet_tqdm_notebook_warning
         from sarl.runner.local import LocalOptions, run_local
 
         exp = load_experiment(experiment)
+        quiet_tqdm_notebook_warning()
         opts = LocalOptions(
             workdir=self.workdir,
             tracking_uri=self.tracking_uri,
@@ -62,11 +72,16 @@ class LocalClient:
         out_dir: str | Path | None = None,
     ) -> StudyResult:
         """Run every arm x seed of a Study here (finished runs are skipped, interrupted ones
-        resume) and report it. The result holds the report (``result.report``, tables as pandas
-        DataFrames via ``result.tables()``) and the curves PNG (``result.figure``)."""
+        resume) and report it. ``jobs`` runs at once (default ``spec.parallelism``), each in its
+        own process; rewards defined in the notebook itself need ``jobs=1``. The result shows the
+        report's table in Jupyter; ``result.to_frame()`` gives it to pandas (``result.tables()``:
+        the long tables), ``result.figure()`` draws the curves with their interval bands and
+        ``result.curves_png`` is the PNG the report wrote."""
+        from sarl.progress import quiet_tqdm_notebook_warning
         from sarl.study.runner import StudyOptions, run_study
 
         doc = load_study(study)
+        quiet_tqdm_notebook_warning()
         opts = StudyOptions(
             workdir=self.workdir,
             tracking_uri=self.tracking_uri,
@@ -75,6 +90,21 @@ class LocalClient:
             out_dir=Path(out_dir) if out_dir is not None else None,
         )
         return run_study(doc, opts)
+
+    def compare(
+        self,
+        *runs: str | HasRunId,
+        experiments: Sequence[str] = (),
+        latest: bool = False,
+    ) -> Comparison:
+        """Compare runs of this client's store (``tracking_uri``, else ``<workdir>/mlflow.db``):
+        ``runs`` are run ids or ``RunResult`` s, ``experiments`` names whose runs all join (only
+        the newest of each with ``latest``). See :func:`sarl.tracking.compare.compare`."""
+        from sarl.tracking.compare import compare
+        from sarl.tracking.store import default_tracking_uri
+
+        uri = self.tracking_uri or default_tracking_uri(self.workdir)
+        return compare(*runs, experiments=experiments, latest=latest, tracking_uri=uri)
 
 
 class Client(ClusterClient):

@@ -54,3 +54,50 @@ def test_structure_reward_scores_groups_with_fixed_component_keys() -> None:
     assert [len(g) for g in out] == [2, 1]
     assert all(set(o.components) == set(reward.component_keys) for g in out for o in g)
     assert out[0][1].score == 0.0 and out[0][1].components["degenerate"] == 1.0
+
+
+def _define_reward(name: str, value: float, qualname: str = "NotebookReward") -> type:
+    """A reward class as a notebook cell defines it (module ``__main__``)."""
+    from pydantic import BaseModel
+
+    from sarl.rewards.base import Reward, RewardOutput
+
+    class Settings(BaseModel):
+        pass
+
+    def score_groups(self: Reward, groups: object) -> list[list[RewardOutput]]:
+        return [[RewardOutput(value) for _ in group] for group in groups]  # type: ignore[attr-defined]
+
+    cls = type(
+        qualname,
+        (Reward,),
+        {
+            "name": name,
+            "Settings": Settings,
+            "score_groups": score_groups,
+            "__module__": "__main__",
+        },
+    )
+    cls.__qualname__ = qualname
+    return cls
+
+
+def test_redefining_a_reward_replaces_it() -> None:
+    """Re-running the notebook cell that defines a reward registers the new definition."""
+    from sarl.rewards.registry import register_reward
+
+    register_reward(_define_reward("rerun_cell_reward", 1.0))
+    register_reward(_define_reward("rerun_cell_reward", 2.0))
+    reward = create_reward("rerun_cell_reward")
+    assert [o.score for o in reward.score_samples([Sample(prompt="p", response="r")])] == [2.0]
+
+
+def test_another_class_cannot_take_a_registered_name() -> None:
+    from sarl.rewards.registry import register_reward
+
+    register_reward(_define_reward("taken_reward", 1.0, qualname="First"))
+    with pytest.raises(RewardConfigError, match="'taken_reward' is already registered"):
+        register_reward(_define_reward("taken_reward", 1.0, qualname="Second"))
+    get_reward_class("structure")  # loads the built-in
+    with pytest.raises(RewardConfigError, match="'structure' is already registered"):
+        register_reward(_define_reward("structure", 1.0, qualname="StructureReward"))

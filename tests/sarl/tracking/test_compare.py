@@ -106,7 +106,9 @@ def test_tables(mlflow_server: MlflowServer, two_runs: tuple[str, str, str]) -> 
     for table in (runs, params, metrics):
         console.print(table)
     text = console.export_text()
-    assert f"low-lr ({low[:8]})" in text
+    # Columns are named after the runs (their names are unique here); the runs table has the ids.
+    assert [c.header for c in metrics.columns] == ["metric", "low-lr", "high-lr"]
+    assert low in text and high in text
     assert "algorithm.learning_rate" in text
     assert "algorithm.name" not in text  # equal in both runs
     assert "seed" not in text

@@ -1,8 +1,9 @@
 """``sarl compare``: put MLflow runs side by side — params that differ, final metrics, curves.
 
-Registered in ``main.py`` as ``app.command("compare")(compare.compare_command)``. The work is in
-:mod:`sarl.tracking.compare`; this module maps flags onto it and errors onto one ``error:`` line
-(exit code 2). MLflow and matplotlib are imported inside the command so ``sarl --help`` stays fast.
+Registered in ``main.py`` as ``app.command("compare")(compare.compare_command)``. The work and the
+tables are :mod:`sarl.tracking.compare`'s (the same ``Comparison`` a notebook displays); this
+module maps flags onto it and errors onto one ``error:`` line (exit code 2). MLflow and matplotlib
+are imported inside the command so ``sarl --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def compare_command(
         raise fail("give run ids and/or --experiment NAME")
     from rich.console import Console
 
-    from sarl.tracking.compare import compare_runs, plot_curves, render_tables
+    from sarl.tracking.compare import compare_runs, plot_curves
     from sarl.tracking.tracker import TrackingError, default_tracking_uri
 
     uri = tracking_uri or default_tracking_uri()
@@ -71,7 +72,5 @@ def compare_command(
         path = plot_curves(comparison, out)
     except OSError as e:
         raise fail(f"--out {out}: {e.strerror or e}") from e
-    console = Console()
-    for table in render_tables(comparison):
-        console.print(table)
+    Console().print(comparison)
     typer.echo(f"curves: {path}")

@@ -17,7 +17,9 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from tqdm.auto import tqdm
+from tqdm import tqdm
+
+from sarl import progress
 
 
 def show_progress() -> bool:
@@ -30,12 +32,12 @@ def progress_bar(desc: str, path: str) -> tqdm[Any]:
     """A lines-scored bar on stderr, disabled when :func:`show_progress` is False; its total is
     the line count of ``path`` (counted only when the bar is shown; none for stdin ``-``)."""
     shown = show_progress()
-    return tqdm(
+    return progress.progress_bar(
         total=count_lines(path) if shown else None,
         desc=desc,
         unit=" lines",
         file=sys.stderr,
-        disable=not shown,
+        enabled=shown,
         mininterval=0.5,
         leave=False,
     )

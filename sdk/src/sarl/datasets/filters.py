@@ -74,12 +74,12 @@ def hf_token_counter(tokenizer_dir: str | Path, *, progress: bool = True) -> Tok
         raise DatasetError(
             f"--tokenizer: cannot load a tokenizer from {tokenizer_dir}: {first}"
         ) from e
-    from tqdm import tqdm
+    from sarl.progress import progress_bar
 
     def count(texts: Sequence[str]) -> list[int]:
         out: list[int] = []
         starts = range(0, len(texts), _BATCH)
-        for start in tqdm(starts, desc="counting tokens", unit="batch", disable=not progress):
+        for start in progress_bar(starts, desc="counting tokens", unit="batch", enabled=progress):
             enc = tokenizer(list(texts[start : start + _BATCH]), add_special_tokens=False)
             out.extend(len(ids) for ids in enc["input_ids"])
         return out

@@ -71,15 +71,15 @@ class HFGenerator:
         self, prompts: Sequence[str], *, k: int, max_new_tokens: int, temperature: float
     ) -> list[list[str]]:
         import torch
-        from tqdm import tqdm
 
+        from sarl.progress import progress_bar
         from sarl.runner.evaluate import generate_samples
 
         torch.manual_seed(self.seed)
         chunk = max(1, self.batch_size // k)
         out: list[list[str]] = []
         starts = range(0, len(prompts), chunk)
-        for start in tqdm(starts, desc="generating", unit="batch", disable=not self.progress):
+        for start in progress_bar(starts, desc="generating", unit="batch", enabled=self.progress):
             out += generate_samples(
                 self.model, self.tokenizer, prompts[start : start + chunk], k=k,
                 max_new_tokens=max_new_tokens, temperature=temperature, batch_size=chunk * k,

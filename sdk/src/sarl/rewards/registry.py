@@ -38,12 +38,21 @@ class RewardConfigError(ValueError):
 
 
 def register_reward(cls: type[Reward]) -> type[Reward]:
-    """Class decorator: make ``cls`` available under ``cls.name``."""
+    """Class decorator: make ``cls`` available under ``cls.name``.
+
+    A name already taken by another class is refused, except by a new definition of the same
+    class (same module and qualified name): re-running a notebook cell that defines a reward, or
+    reloading its module, replaces the old definition instead of failing.
+    """
     existing = _REGISTRY.get(cls.name)
-    if existing is not None and existing is not cls:
+    if existing is not None and existing is not cls and not _same_definition(existing, cls):
         raise RewardConfigError(f"reward name {cls.name!r} is already registered by {existing}")
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def _same_definition(a: type[Reward], b: type[Reward]) -> bool:
+    return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
 
 
 def reward_names() -> list[str]:

@@ -143,24 +143,52 @@ class CheckpointCallback(TrainerCallback):
                 shutil.rmtree(old, ignore_errors=True)
 
 
-def quiet_progress_callback() -> TrainerCallback:
-    """Transformers' progress bar without the per-step dump of every logged value (dozens of
-    TRL metrics per step bury the bar); shows reward and length as the bar's postfix instead."""
-    from transformers.trainer_callback import ProgressCallback
+class StepProgress(TrainerCallback):
+    """The training bar (:func:`sarl.progress.progress_bar`: notebook, terminal or log), with
+    reward and length as its postfix. Replaces transformers' ``ProgressCallback``, which prints
+    every logged value each step (dozens of TRL metrics bury the bar) and redraws with carriage
+    returns in logs."""
 
-    class QuietProgress(ProgressCallback):
-        def on_log(
-            self,
-            args: TrainingArguments,
-            state: TrainerState,
-            control: TrainerControl,
-            logs: Mapping[str, Any] | None = None,
-            **kwargs: Any,
-        ) -> None:
-            bar = getattr(self, "training_bar", None)
-            if bar is None or not logs:
-                return
-            shown = {k: logs[k] for k in ("reward", "completions/mean_length") if k in logs}
-            bar.set_postfix({k.split("/")[-1]: f"{float(v):.3f}" for k, v in shown.items()})
+    def __init__(self) -> None:
+        self.bar: Any = None
 
-    return QuietProgress()
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        from sarl.progress import progress_bar
+
+        if state.is_world_process_zero:
+            self.bar = progress_bar(
+                total=state.max_steps, initial=state.global_step, desc="training", unit="step"
+            )
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if self.bar is None or not logs:
+            return
+        shown = {k: logs[k] for k in ("reward", "completions/mean_length") if k in logs}
+        postfix = {k.split("/")[-1]: f"{float(v):.3f}" for k, v in shown.items()}
+        self.bar.set_postfix(postfix, refresh=False)  # drawn with the next update
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the bar (also when training stops early: an interrupt, an error)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

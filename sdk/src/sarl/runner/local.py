@@ -5,32 +5,19 @@ work: preflight (fails in seconds with one line) -> data -> policy (built-in tin
 started and cached, or a local HF model) -> rewards -> MLflow run (new, or the checkpoint's on
 ``--resume``) -> TRL training with callbacks for metrics, reasoning maps, evaluation and
 checkpoints -> final evaluation and a summary. What ``--resume`` continues, and how kills are
-cleaned up after, is described in :mod:`sarl.runner.session`.
+cleaned up after, is described in :mod:`sarl.runner.session`; what a run returns is a
+:class:`~sarl.runner.result.RunResult` (re-exported here).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sarl.runner import preflight
+from sarl.runner.result import RunResult
 from sarl.spec.experiment import Experiment
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What a finished local run produced."""
-
-    run_id: str
-    run_url: str | None
-    tracking_uri: str
-    checkpoint_uri: str
-    steps: int
-    final_metrics: dict[str, float] = field(default_factory=dict)
-    resumed_from: int | None = None
-    # ``--resume`` of a run that had finished: nothing was trained, logged or pruned.
-    already_finished: bool = False
 
 
 @dataclass
@@ -85,3 +72,6 @@ def _build_rewards(exp: Experiment) -> list[tuple[Any, float]]:
     for term in exp.spec.reward:
         built.append((create_reward(term.name, term.settings), term.weight))
     return built
+
+
+__all__ = ["LocalOptions", "RunResult", "resolve_uris", "run_local", "run_preflight"]

@@ -21,6 +21,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from sarl.progress import transformers_bars_off
 from sarl.runner.interrupt import signals_interrupt
 from sarl.runner.local import LocalOptions, RunResult
 from sarl.runner.resume import RunLookup, planned_steps
@@ -60,6 +61,7 @@ class LocalSession:
         try:
             self._stack.enter_context(self.rundir.locked(self.exp.name))
             self._stack.enter_context(signals_interrupt())
+            self._stack.enter_context(transformers_bars_off())
         except BaseException:
             self._stack.close()
             self._close_rewards()
@@ -129,6 +131,7 @@ class LocalSession:
             steps=trainer.state.global_step,
             final_metrics=metrics,
             resumed_from=latest.step if latest else None,
+            name=self.exp.name,
         )
 
     # -- nothing left to train -------------------------------------------------------------
@@ -164,6 +167,7 @@ class LocalSession:
             final_metrics=metrics,
             resumed_from=latest.step,
             already_finished=finished,
+            name=self.exp.name,
         )
 
     # -- building blocks -------------------------------------------------------------------
@@ -258,7 +262,6 @@ class LocalSession:
             self.exp,
             self.root / "trainer",
             [w for _, w in self.rewards],
-            progress=self.opts.progress,
         )
         trainer = trainer_cls(
             model=model,
@@ -276,9 +279,11 @@ class LocalSession:
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
         if self.opts.progress:
-            from sarl.runner.callbacks import quiet_progress_callback
+            from sarl.runner.callbacks import StepProgress
 
-            trainer.add_callback(quiet_progress_callback())
+            self._progress = StepProgress()
+            self._stack.callback(self._progress.close)  # the bar ends with the session
+            trainer.add_callback(self._progress)
         return trainer, record
 
     def _add_callbacks(

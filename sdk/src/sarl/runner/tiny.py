@@ -256,7 +256,8 @@ def warm_start(
     ``cfg.steps == 0`` trains nothing and returns only the last two. Leaves the model in eval mode.
     """
     import torch
-    from tqdm.auto import tqdm
+
+    from sarl.progress import progress_bar
 
     if cfg.steps == 0:
         return {"sft_steps": 0.0, "sft_seconds": 0.0}
@@ -272,7 +273,7 @@ def warm_start(
     losses: list[float] = []
     start = time.perf_counter()
     model.train()
-    bar = tqdm(range(cfg.steps), desc="warm start (SFT)", disable=not progress, leave=False)
+    bar = progress_bar(range(cfg.steps), desc="warm start (SFT)", enabled=progress, unit="step")
     for _ in bar:
         loss = model(**next(batches)).loss
         loss.backward()
@@ -281,7 +282,7 @@ def warm_start(
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # drawn with the next step
     model.eval()  # type: ignore[no-untyped-call]
     tail = losses[-10:]
     return {
@@ -390,7 +391,10 @@ def prepare_tiny_policy(
     with _file_lock(target.parent / f".tiny-{key}.lock"):
         if (target / METADATA_FILE).is_file():
             return target
-        return _prepare(target, key, data_spec, model_spec, seed, max_response_tokens, progress)
+        from sarl.progress import transformers_bars_off
+
+        with transformers_bars_off():
+            return _prepare(target, key, data_spec, model_spec, seed, max_response_tokens, progress)
 
 
 @contextlib.contextmanager

@@ -43,7 +43,12 @@ def trainer_classes(algorithm: str) -> tuple[Any, Any]:
 
 
 def training_args(
-    config_cls: Any, exp: Experiment, output_dir: Path, weights: list[float], *, progress: bool
+    config_cls: Any,
+    exp: Experiment,
+    output_dir: Path,
+    weights: list[float],
+    *,
+    progress: bool = False,  # unused: the local session draws its own bar (callers still pass it)
 ) -> Any:
     algo = exp.spec.algorithm
     kwargs: dict[str, Any] = {
@@ -65,7 +70,9 @@ def training_args(
         "use_cpu": True,
         "bf16": False,
         "fp16": False,
-        "disable_tqdm": not progress,
+        # Transformers' bars (ProgressCallback, or NotebookProgressCallback in Jupyter) print
+        # every logged value; the session draws its own (sarl.runner.callbacks.StepProgress).
+        "disable_tqdm": True,
         "shuffle_dataset": exp.spec.data.shuffle,
         "dataloader_num_workers": 0,
         # verl's actor optimizer keeps the learning rate constant (no warm-up by default);

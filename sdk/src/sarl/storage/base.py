@@ -32,10 +32,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-# tqdm ships no type information (no py.typed, types-tqdm is not a dependency); the bar is only
-# used through the small Progress wrapper below, so Any does not leak further.
-from tqdm import tqdm
-
 logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
@@ -203,13 +199,15 @@ class Progress:
     """
 
     def __init__(self, total: int, desc: str) -> None:
-        self._bar = tqdm(
+        from sarl.progress import progress_bar
+
+        self._bar = progress_bar(
             total=total,
             desc=desc,
             unit="B",
             unit_scale=True,
             unit_divisor=1024,
-            disable=not show_progress(),
+            enabled=show_progress(),
             delay=1.0,
             leave=False,
         )

@@ -17,9 +17,7 @@ retries), so every failure is a one-line :class:`~sarl.tracking.store.TrackingEr
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import re
 import tempfile
 from collections import Counter
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sarl.evaluation.benchmark import MEAN_BENCHMARK
+from sarl.progress import mlflow_bars_off
 from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY, is_study_document
 from sarl.tracking.metrics import (
     ACCURACY,
@@ -328,21 +327,6 @@ def _histories(client: MlflowClient, uri: str, run: Run) -> dict[str, Points]:
     return out
 
 
-@contextlib.contextmanager
-def _no_progress_bar() -> Iterator[None]:
-    """Silence MLflow's download progress bar (stderr noise for a one-file read) unless the user
-    chose a setting; MLflow reads the variable on every download."""
-    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    if name in os.environ:
-        yield
-        return
-    os.environ[name] = "false"
-    try:
-        yield
-    finally:
-        os.environ.pop(name, None)
-
-
 def _study_document(client: MlflowClient, uri: str, run_id: str) -> dict[str, Any] | None:
     """The Study document stored with the parent run (see :data:`STUDY_SPEC_ARTIFACTS`)."""
     import yaml
@@ -354,7 +338,7 @@ def _study_document(client: MlflowClient, uri: str, run_id: str) -> dict[str, An
     for path in STUDY_SPEC_ARTIFACTS:
         if path not in present:
             continue
-        with tempfile.TemporaryDirectory() as tmp, _no_progress_bar():
+        with tempfile.TemporaryDirectory() as tmp, mlflow_bars_off():
             local = guarded(
                 uri,
                 f"downloading {path} of run {run_id}",

@@ -1,10 +1,12 @@
 """The Study's curves in one PNG: per arm, the mean over seeds with a 95% band, per metric.
 
 Called by :func:`sarl.study.report.write_report` (``curves.png`` of ``sarl study report`` and of
-the local Study runner). Panels: held-out avg@k, SR, response length, training accuracy, KL,
-entropy. Seeds are aligned by step: at each step an arm's line is the mean over the seeds that
-logged that step, and its band the Student-t interval of :func:`sarl.study.stats.mean_interval`
-— absent where a single seed logged the step (one seed gives no interval). Uses a bare matplotlib
+the local Study runner) through :func:`plot_curves`, and by ``StudyResult.figure()`` (the same
+picture inline in a notebook) through :func:`curves_figure`. Panels: held-out avg@k, SR,
+response length, training accuracy, KL, entropy. Seeds are aligned by step: at each step an
+arm's line is the mean over the seeds that logged that step, and its band the Student-t interval
+of :func:`sarl.study.stats.mean_interval` — absent where a single seed logged the step (one seed
+gives no interval). Uses a bare matplotlib
 ``Figure`` (Agg, no pyplot state), imported inside the functions.
 """
 
@@ -20,6 +22,7 @@ from sarl.tracking.metrics import ACCURACY, ENTROPY, KL, RESPONSE_LENGTH, STRUCT
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # Without a held-out metric in any run the avg@k panel says "no data"; k only names it.
 _DEFAULT_K = 4
@@ -78,15 +81,32 @@ def plot_curves(
     k: int | None = None,
     benchmark: str | None = None,
 ) -> Path:
-    """Write the 2x3 panel PNG to ``out_path``; one colour per arm, ``arms`` order first (arms
-    only present in ``histories`` follow). ``benchmark`` and ``k`` of the evaluation panel
-    default to the ones the runs logged (:func:`~sarl.study.history.infer_benchmark`).
+    """Write :func:`curves_figure` as a PNG to ``out_path`` (its folder is created)."""
+    fig = curves_figure(histories, arms, k=k, benchmark=benchmark)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, format="png", dpi=100)
+    return out_path
+
+
+def curves_figure(
+    histories: Sequence[RunHistory],
+    arms: Sequence[str],
+    *,
+    k: int | None = None,
+    benchmark: str | None = None,
+) -> Figure:
+    """The 2x3 panel figure; one colour per arm, ``arms`` order first (arms only present in
+    ``histories`` follow). ``benchmark`` and ``k`` of the evaluation panel default to the ones the
+    runs logged (:func:`~sarl.study.history.infer_benchmark`). A bare ``Figure`` (no pyplot
+    state).
 
     Raises ``ValueError`` when ``histories`` is empty (nothing to draw).
     """
     from matplotlib import colormaps
-    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+
+    from sarl.display import figure
 
     if not histories:
         raise ValueError("no runs to plot: the Study has no FINISHED runs")
@@ -98,9 +118,7 @@ def plot_curves(
     palette = colormaps["tab10"]
     colors = {arm: palette(i % 10) for i, arm in enumerate(order)}
 
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(13, 7.8), layout="constrained")
+    fig = figure(figsize=(13, 7.8), layout="constrained")
     for ax, (title, key) in zip(fig.subplots(2, 3).flat, panels(k, benchmark), strict=True):
         bands = {arm: seed_band(by_arm[arm], key) for arm in order}
         _draw_panel(ax, title, key, bands, colors)
@@ -110,8 +128,7 @@ def plot_curves(
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
     fig.suptitle("Study: mean over seeds, 95% interval band", fontweight="bold")
-    fig.savefig(out_path, format="png", dpi=100)
-    return out_path
+    return fig
 
 
 def _legend(arm: str, seeds: int) -> str:
@@ -147,4 +164,4 @@ def _draw_panel(
     ax.grid(alpha=0.3)
 
 
-__all__ = ["Band", "panels", "plot_curves", "seed_band"]
+__all__ = ["Band", "curves_figure", "panels", "plot_curves", "seed_band"]

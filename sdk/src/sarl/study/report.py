@@ -206,36 +206,69 @@ def _start_end(agg: Mapping[str, Interval], metric: str) -> str:
     return f"{start} → {_iv(agg[f'{metric}_end'], metric)}"
 
 
+def arm_columns(report: StudyReport, *, code: bool = False) -> list[str]:
+    """Headers of the report's main table (``code``: the reference arm in Markdown backticks)."""
+    k = report.k
+    ref = f"`{report.reference}`" if code else report.reference
+    return [
+        "arm",
+        "seeds",
+        f"avg@{k} start → end",
+        f"Δ avg@{k}",
+        f"Δ avg@{k} vs {ref} (end)",
+        "SR start → end",
+        "Δ SR",
+        "length start → end",
+        "flags",
+    ]
+
+
+def arm_cells(report: StudyReport, arm: str) -> list[str]:
+    """One arm's row of the main table: means with their intervals, the flags raised."""
+    agg, paired = report.aggregate[arm], report.vs_reference[arm]
+    vs_ref = "reference" if arm == report.reference else _iv(paired["eval_accuracy_end"], "", True)
+    return [
+        arm,
+        ", ".join(map(str, sorted(report.runs[arm]))) or "none",
+        _start_end(agg, "eval_accuracy"),
+        _iv(agg["eval_accuracy_change"], "eval_accuracy", signed=True),
+        vs_ref,
+        _start_end(agg, "sr"),
+        _iv(agg["sr_change"], "sr", signed=True),
+        _start_end(agg, "length"),
+        "; ".join(FLAG_TEXT[f] for f in report.flags[arm]) or "—",
+    ]
+
+
+def paired_rows(report: StudyReport) -> list[list[str]]:
+    """``[arm, metric, Δ end, Δ change]`` of every non-reference arm and compared metric."""
+    rows: list[list[str]] = []
+    for arm in report.arms:
+        if arm == report.reference:
+            continue
+        paired = report.vs_reference[arm]
+        for m in COMPARED:
+            end, change = paired[f"{m}_end"], paired[f"{m}_change"]
+            if end.mean is None and change.mean is None:
+                continue
+            label = _LABELS[m].format(k=report.k)
+            rows.append([arm, label, _iv(end, m, True), _iv(change, m, True)])
+    return rows
+
+
 def _markdown(report: StudyReport) -> str:
     k, ref = report.k, report.reference
-    pct = f"{report.confidence:.0%}"
     lines = [
         f"# Study `{report.study}`",
         "",
-        f"Reference arm: `{ref}`. Held-out avg@{k} and pass@{k} on `{report.benchmark}`: first "
-        "evaluation (step 0, before any RL update) → last; training metrics: mean of the first "
-        f"→ last quarter of the steps. Means over seeds with {pct} Student-t intervals "
-        "(none from one seed); differences vs the reference are paired by seed.",
+        f"Reference arm: `{ref}`. {how_read(report)}",
         "",
-        f"| arm | seeds | avg@{k} start → end | Δ avg@{k} | Δ avg@{k} vs `{ref}` (end) | "
-        "SR start → end | Δ SR | length start → end | flags |",
+        "| " + " | ".join(arm_columns(report, code=True)) + " |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for arm in report.arms:
-        agg, paired = report.aggregate[arm], report.vs_reference[arm]
-        vs_ref = "reference" if arm == ref else _iv(paired["eval_accuracy_end"], "", True)
-        cells = [
-            f"`{arm}`",
-            ", ".join(map(str, sorted(report.runs[arm]))) or "none",
-            _start_end(agg, "eval_accuracy"),
-            _iv(agg["eval_accuracy_change"], "eval_accuracy", signed=True),
-            vs_ref,
-            _start_end(agg, "sr"),
-            _iv(agg["sr_change"], "sr", signed=True),
-            _start_end(agg, "length"),
-            "; ".join(FLAG_TEXT[f] for f in report.flags[arm]) or "—",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        cells = arm_cells(report, arm)
+        lines.append("| " + " | ".join([f"`{arm}`", *cells[1:]]) + " |")
     lines += _paired_section(report)
     lines += [
         "",
@@ -252,9 +285,20 @@ def _markdown(report: StudyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def how_read(report: StudyReport) -> str:
+    """What the numbers of the report are (one paragraph)."""
+    k, pct = report.k, f"{report.confidence:.0%}"
+    return (
+        f"Held-out avg@{k} and pass@{k} on `{report.benchmark}`: first evaluation (step 0, "
+        "before any RL update) → last; training metrics: mean of the first → last quarter of "
+        f"the steps. Means over seeds with {pct} Student-t intervals (none from one seed); "
+        "differences vs the reference are paired by seed."
+    )
+
+
 def _paired_section(report: StudyReport) -> list[str]:
-    others = [arm for arm in report.arms if arm != report.reference]
-    if not others:
+    rows = paired_rows(report)
+    if not rows:
         return []
     lines = [
         "",
@@ -263,14 +307,8 @@ def _paired_section(report: StudyReport) -> list[str]:
         "| arm | metric | Δ end | Δ change |",
         "|---|---|---|---|",
     ]
-    for arm in others:
-        paired = report.vs_reference[arm]
-        for m in COMPARED:
-            end, change = paired[f"{m}_end"], paired[f"{m}_change"]
-            if end.mean is None and change.mean is None:
-                continue
-            label = _LABELS[m].format(k=report.k)
-            lines.append(f"| `{arm}` | {label} | {_iv(end, m, True)} | {_iv(change, m, True)} |")
+    for arm, label, end, change in rows:
+        lines.append(f"| `{arm}` | {label} | {end} | {change} |")
     return lines
 
 
@@ -592,10 +630,14 @@ __all__ = [
     "NoFinishedRuns",
     "ReportFiles",
     "StudyReport",
+    "arm_cells",
+    "arm_columns",
     "build_report",
     "flags",
     "headline_metrics",
+    "how_read",
     "log_report",
+    "paired_rows",
     "report_for",
     "write_report",
 ]

@@ -9,15 +9,21 @@ Order of work:
    a new parent (its runs would not be comparable with the old ones);
 3. the built-in policy's warm start(s), once, before any run starts (parallel runs would
    otherwise build the same policy side by side);
-4. the runs, seed-major, ``jobs`` at a time (processes, torch threads split between them): a run
-   FINISHED under this parent is skipped; one with a checkpoint resumes from it (same MLflow run);
-   others start fresh. A failing run does not stop the others; it is reported and the Study ends
-   FAILED;
+4. the runs, seed-major, ``jobs`` at a time (one spawned process per run, torch threads split
+   between them: :mod:`sarl.study.processes`): a run FINISHED under this parent is skipped; one
+   with a checkpoint resumes from it (same MLflow run); others start fresh. A failing run does
+   not stop the others; it is reported and the Study ends FAILED. Rewards registered in
+   ``__main__`` (a notebook cell, a script) cannot be imported by those processes: such a Study
+   is refused before anything starts unless it runs with ``jobs=1`` (in this process);
 5. the report (``sarl.study.report``) over the finished runs: ``summary.json``, ``report.md``,
    ``curves.png`` in ``out_dir`` and under ``report/`` of the parent run.
 
 Each run's checkpoints go to ``<workdir>/checkpoints/<study>/<parent run id>/<run name>`` unless
 the spec names a checkpoint location, so a new parent never resumes an old parent's checkpoints.
+
+An interrupt (Ctrl-C, a notebook's "interrupt", SIGTERM/SIGHUP) stops the runs in progress (each
+closes its MLflow run KILLED), starts no other, closes the parent run KILLED and re-raises.
+What a Study returns is a :class:`~sarl.study.result.StudyResult` (re-exported here).
 """
 
 from __future__ import annotations
@@ -26,14 +32,14 @@ import hashlib
 import json
 import os
 import traceback
-from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sarl.spec.experiment import Experiment
 from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY, Study, StudyRun
+from sarl.study.result import RunOutcome, StudyResult
 
 if TYPE_CHECKING:
     from sarl.study.report import StudyReport
@@ -52,45 +58,6 @@ class StudyOptions:
     out_dir: Path | None = None  # default: out/<study>
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    """What happened to one arm x seed in this invocation."""
-
-    arm: str
-    seed: int
-    name: str
-    status: str  # "finished", "skipped" (already finished), "resumed", "failed"
-    run_id: str | None = None
-    error: str | None = None
-
-
-@dataclass
-class StudyResult:
-    """A finished local Study: its parent run, each run's outcome and the report."""
-
-    study: str
-    parent_run_id: str
-    tracking_uri: str
-    outcomes: list[RunOutcome] = field(default_factory=list)
-    report: StudyReport | None = None
-    out_dir: Path | None = None
-
-    @property
-    def failed(self) -> list[RunOutcome]:
-        return [o for o in self.outcomes if o.status == "failed"]
-
-    @property
-    def figure(self) -> Path | None:
-        """The curves PNG (mean line and 95 % band per arm)."""
-        return None if self.out_dir is None else self.out_dir / "curves.png"
-
-    def tables(self) -> dict[str, Any]:
-        """The report's tables as pandas DataFrames (``runs``, ``arms``, ``paired``)."""
-        if self.report is None:
-            return {}
-        return self.report.to_dataframes()
-
-
 def study_hash(study: Study) -> str:
     """Hash of the Study's spec (what its runs are), not of its metadata labels."""
     blob = json.dumps(study.spec.model_dump(mode="json"), sort_keys=True).encode()
@@ -99,26 +66,62 @@ def study_hash(study: Study) -> str:
 
 def run_study(study: Study, opts: StudyOptions | None = None) -> StudyResult:
     """Run every arm x seed of ``study`` here; see the module docstring for the sequence."""
+    from sarl.runner.interrupt import signals_interrupt
     from sarl.runner.local import LocalOptions, run_preflight
 
     opts = opts or StudyOptions()
+    modules = check_importable_rewards(study, opts.jobs or 1)
     first = study.runs()[0].experiment
     tracking_uri, _ = run_preflight(first, LocalOptions(opts.workdir, opts.tracking_uri))
-    parent = _parent_tracker(study, tracking_uri)
-    result = StudyResult(study.name, parent.run_id, tracking_uri)
-    try:
-        runs = [_with_checkpoints(r, study, parent.run_id, opts) for r in study.runs(parent.run_id)]
-        for run in runs:  # every run's own checks, before anything trains
-            run_preflight(run.experiment, LocalOptions(opts.workdir, tracking_uri))
-        _prepare_policies([r.experiment for r in runs], opts)
-        result.outcomes = _run_all(runs, parent.run_id, tracking_uri, opts)
-        result.out_dir = opts.out_dir or Path("out") / study.name
-        result.report = _report(study, tracking_uri, parent.run_id, result.out_dir)
-    except BaseException as e:
-        parent.finish("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
-        raise
-    parent.finish("FAILED" if result.failed else "FINISHED")
+    # SIGTERM/SIGHUP end the Study as Ctrl-C does: runs stopped, parent run closed KILLED.
+    with signals_interrupt():
+        parent = _parent_tracker(study, tracking_uri)
+        result = StudyResult(study.name, parent.run_id, tracking_uri)
+        try:
+            runs = [
+                _with_checkpoints(r, study, parent.run_id, opts) for r in study.runs(parent.run_id)
+            ]
+            for run in runs:  # every run's own checks, before anything trains
+                run_preflight(run.experiment, LocalOptions(opts.workdir, tracking_uri))
+            _prepare_policies([r.experiment for r in runs], opts)
+            result.outcomes = _run_all(runs, parent.run_id, tracking_uri, opts, modules)
+            result.out_dir = opts.out_dir or Path("out") / study.name
+            result.report = _report(study, tracking_uri, parent.run_id, result.out_dir)
+        except BaseException as e:
+            parent.finish("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+            raise
+        parent.finish("FAILED" if result.failed else "FINISHED")
     return result
+
+
+def check_importable_rewards(study: Study, jobs: int) -> list[str]:
+    """The modules a Study's run processes must import to find its rewards by name.
+
+    With ``jobs`` > 1 each run trains in a fresh process (:mod:`sarl.study.processes`), which
+    knows the built-in rewards and dotted paths, and rewards registered by the modules returned
+    here (imported there first). A reward defined in ``__main__`` (a notebook cell, a script)
+    cannot be imported by another process: :class:`~sarl.runner.preflight.PreflightError` naming
+    it and the two ways out. With ``jobs`` = 1 the runs share this process and its registry.
+    """
+    from sarl.rewards.registry import get_reward_class
+    from sarl.runner.preflight import PreflightError
+
+    if jobs <= 1:
+        return []
+    modules: dict[str, None] = {}
+    names = dict.fromkeys(t.name for r in study.runs() for t in r.experiment.spec.reward)
+    for name in names:
+        module = get_reward_class(name).__module__
+        if module in ("__main__", "__mp_main__"):
+            raise PreflightError(
+                f"reward {name!r} is defined in __main__ (a notebook or a script), which the "
+                f"Study's {jobs} parallel run processes cannot import: move it into a module "
+                "and import it from there (or name it 'package.module:Class'), or run the "
+                "Study with jobs=1 (in this process)"
+            )
+        if not module.startswith("sarl."):  # built-ins register themselves when looked up
+            modules[module] = None
+    return list(modules)
 
 
 def _parent_tracker(study: Study, tracking_uri: str) -> Any:
@@ -227,9 +230,13 @@ def _finished_runs(tracking_uri: str, parent: str) -> dict[tuple[str, int], str]
 
 
 def _run_all(
-    runs: list[StudyRun], parent: str, tracking_uri: str, opts: StudyOptions
+    runs: list[StudyRun],
+    parent: str,
+    tracking_uri: str,
+    opts: StudyOptions,
+    modules: Sequence[str] = (),
 ) -> list[RunOutcome]:
-    from tqdm.auto import tqdm
+    from sarl.progress import progress_bar
 
     done = _finished_runs(tracking_uri, parent)
     outcomes: list[RunOutcome] = []
@@ -242,7 +249,9 @@ def _run_all(
         else:
             todo.append(run)
     jobs = max(1, min(opts.jobs or 1, len(todo) or 1))
-    bar = tqdm(total=len(runs), initial=len(outcomes), desc="study runs", disable=not opts.progress)
+    bar = progress_bar(
+        total=len(runs), initial=len(outcomes), desc="study runs", unit="run", enabled=opts.progress
+    )
 
     def record(outcome: RunOutcome) -> None:
         outcomes.append(outcome)
@@ -255,7 +264,7 @@ def _run_all(
                 record(_run_one(run, opts.workdir, tracking_uri, opts.progress, threads=None))
         else:
             threads = max(1, (os.cpu_count() or 1) // jobs)
-            _run_parallel(todo, opts, tracking_uri, jobs, threads, record)
+            _run_parallel(todo, opts, tracking_uri, jobs, threads, record, modules)
     finally:
         bar.close()
     order = {(r.arm, r.seed): i for i, r in enumerate(runs)}
@@ -269,23 +278,18 @@ def _run_parallel(
     jobs: int,
     threads: int,
     record: Callable[[RunOutcome], None],
+    modules: Sequence[str],
 ) -> None:
-    import multiprocessing
-    from concurrent.futures import as_completed
+    from sarl.study.processes import Call, run_in_processes
 
-    # spawn: a forked child would inherit torch's thread pools and the parent's MLflow client.
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futures: dict[Future[RunOutcome], StudyRun] = {
-            pool.submit(_run_one, run, opts.workdir, tracking_uri, False, threads): run
-            for run in todo
-        }
-        for fut in as_completed(futures):
-            run = futures[fut]
-            try:
-                record(fut.result())
-            except Exception as e:  # the worker process died (e.g. out of memory)
-                record(RunOutcome(run.arm, run.seed, run.name, "failed", error=str(e)))
+    def done(index: int, outcome: Any, error: str | None) -> None:
+        run = todo[index]
+        if error is not None:  # the process died (e.g. out of memory) or was stopped
+            outcome = RunOutcome(run.arm, run.seed, run.name, "failed", error=error)
+        record(outcome)
+
+    calls = [Call(_run_one, (run, opts.workdir, tracking_uri, False, threads)) for run in todo]
+    run_in_processes(calls, jobs, done, imports=modules)
 
 
 def _run_one(
@@ -325,3 +329,13 @@ def _report(study: Study, tracking_uri: str, parent: str, out_dir: Path) -> Stud
         return report_for(tracking_uri, parent, out_dir, log=True, study=study)
     except NoFinishedRuns:
         return None
+
+
+__all__ = [
+    "RunOutcome",
+    "StudyOptions",
+    "StudyResult",
+    "check_importable_rewards",
+    "run_study",
+    "study_hash",
+]

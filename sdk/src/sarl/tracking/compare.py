@@ -1,11 +1,16 @@
 """Compare MLflow runs: the params that differ, final metrics, and training curves.
 
-Called by ``sarl compare`` (:mod:`sarl.cli.compare`) and usable from notebooks. Runs are named by
-id and/or by experiment (all its active runs). :func:`compare_runs` reads everything once into a
-frozen :class:`Comparison`; :func:`plot_curves` draws one PNG with a panel per curve of
-:data:`sarl.tracking.metrics.CURVES` (reward, accuracy, SR, length, KL, entropy) and one line per
-run; :func:`render_tables` turns it into rich tables. Reads go through an explicit
-``MlflowClient``, like :mod:`sarl.tracking.tracker`; :mod:`sarl.tracking.store` opens it.
+Called by ``sarl compare`` (:mod:`sarl.cli.compare`), by ``sarl.compare(...)`` and
+``sarl.Client.local().compare(...)`` (:func:`compare`, which also takes the ``RunResult`` s a
+notebook holds). Runs are named by id and/or by experiment (all its active runs).
+:func:`compare_runs` reads everything once into a frozen :class:`Comparison`, which is the one
+home of what is shown: its tables (runs, params that differ, final metrics; columns labelled by
+run name, plus a short id where names repeat) render as HTML in Jupyter, with rich in a terminal
+(:mod:`sarl.display`) and as a pandas DataFrame (:meth:`Comparison.to_frame`); its figure has a
+panel per curve of :data:`sarl.tracking.metrics.CURVES` (reward, accuracy, SR, length, KL,
+entropy) and one line per run (:meth:`Comparison.figure`; :func:`plot_curves` writes it as a
+PNG). Reads go through an explicit ``MlflowClient``, like :mod:`sarl.tracking.tracker`;
+:mod:`sarl.tracking.store` opens it. pandas and matplotlib are imported when first used.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
+from sarl import display
 from sarl.tracking.metrics import CURVES, curve_metrics
 from sarl.tracking.store import (
     TrackingError,
@@ -30,12 +36,15 @@ from sarl.tracking.store import (
 )
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
     from mlflow import MlflowClient
     from mlflow.entities import Run
+    from rich.console import RenderableType
     from rich.table import Table
 
-# Run names can repeat (two runs of one experiment), so labels carry a short id too.
+# Run names can repeat (two runs of one experiment): there, labels carry a short id too.
 _SHORT_ID = 8
 # A tab10-like palette, spelled out so colours do not depend on matplotlib's style settings.
 _COLORS = (
@@ -55,8 +64,19 @@ class RunSummary:
 
     @property
     def label(self) -> str:
-        """``name (first 8 characters of the id)``, the run's name in tables and legends."""
+        """``name (first 8 characters of the id)``: names the run whatever the other runs are
+        (:attr:`Comparison.labels` drops the id where the name alone is unique)."""
         return f"{self.name} ({self.run_id[:_SHORT_ID]})"
+
+
+class HasRunId(Protocol):
+    """What :func:`compare` takes besides run ids: a ``RunResult`` (its run and where it is)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def tracking_uri(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,148 @@ class Comparison:
     differing_params: dict[str, dict[str, str | None]] = field(default_factory=dict)
     final_metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     histories: dict[str, dict[str, list[tuple[int, float]]]] = field(default_factory=dict)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Run id -> how tables and legends name the run: its name, or ``name (short id)`` when
+        another run of the comparison has the same name (or it has none)."""
+        counts: dict[str, int] = {}
+        for run in self.runs:
+            counts[run.name] = counts.get(run.name, 0) + 1
+        labels = {
+            r.run_id: r.name if r.name and counts[r.name] == 1 else r.label for r in self.runs
+        }
+        if len(set(labels.values())) < len(labels):  # two ids sharing 8 characters: full ids
+            labels = {r.run_id: f"{r.name} ({r.run_id})" for r in self.runs}
+        return labels
+
+    # -- tables ----------------------------------------------------------------------------------
+
+    def tables(self) -> tuple[display.Table, display.Table, display.Table]:
+        """The runs, the params that differ, the final metrics (the last two: runs as columns)."""
+        labels = self.labels
+        runs = display.Table(
+            "runs",
+            ("run", "id", "status", "experiment"),
+            tuple((labels[r.run_id], r.run_id, r.status, r.experiment_id) for r in self.runs),
+        )
+        columns = tuple(labels[r.run_id] for r in self.runs)
+        params = display.Table(
+            "params that differ",
+            ("param", *columns),
+            tuple(
+                (key, *(display.text(values.get(r.run_id)) for r in self.runs))
+                for key, values in self.differing_params.items()
+            ),
+            caption="" if self.differing_params else "all runs have the same params",
+        )
+        keys = self.metric_keys()
+        metrics = display.Table(
+            "final metrics",
+            ("metric", *columns),
+            tuple(
+                (
+                    key,
+                    *(
+                        display.number(self.final_metrics.get(r.run_id, {}).get(key))
+                        for r in self.runs
+                    ),
+                )
+                for key in keys
+            ),
+            numeric=frozenset(range(1, len(columns) + 1)),
+            caption="" if keys else "no metrics logged",
+        )
+        return runs, params, metrics
+
+    def metric_keys(self) -> list[str]:
+        """Every metric any run logged, sorted."""
+        return sorted({k for m in self.final_metrics.values() for k in m})
+
+    def to_frame(self) -> pd.DataFrame:
+        """Params that differ and final metrics, one column per run (labelled as in
+        :attr:`labels`); rows indexed by ``(kind, name)`` with kind ``param`` or ``metric``.
+        Params are strings (``None`` where a run lacks one), metrics floats (NaN where missing);
+        ``frame.loc["metric"].astype(float)`` gives the numbers alone.
+        """
+        import pandas as pd
+
+        labels = self.labels
+        rows: dict[tuple[str, str], list[Any]] = {}
+        for key, values in self.differing_params.items():
+            rows[("param", key)] = [values.get(r.run_id) for r in self.runs]
+        for key in self.metric_keys():
+            rows[("metric", key)] = [
+                self.final_metrics.get(r.run_id, {}).get(key, float("nan")) for r in self.runs
+            ]
+        index = pd.MultiIndex.from_tuples(list(rows), names=["kind", "name"])
+        columns = pd.Index([labels[r.run_id] for r in self.runs], name="run")
+        # object dtype: a column holds a run's params (strings) and its metrics (floats).
+        return pd.DataFrame(list(rows.values()), index=index, columns=columns, dtype=object)
+
+    def curves_frame(self) -> pd.DataFrame:
+        """The curves in long form: one row per ``run`` (label), ``metric``, ``step``, ``value``."""
+        import pandas as pd
+
+        labels = self.labels
+        rows = [
+            (labels[run_id], metric, step, value)
+            for run_id, history in self.histories.items()
+            for metric, points in history.items()
+            for step, value in points
+        ]
+        return pd.DataFrame(rows, columns=["run", "metric", "step", "value"])
+
+    # -- pictures --------------------------------------------------------------------------------
+
+    def figure(self) -> Figure:
+        """A 2x3 grid (reward, accuracy, SR, length, KL, entropy), one line per run, one colour
+        per run across panels, the legend below. A panel no run logged says "no data". A bare
+        ``Figure`` (no pyplot state): Jupyter shows it inline, ``savefig`` writes it."""
+        return _figure(self)
+
+    # -- rendering -------------------------------------------------------------------------------
+
+    def _section(self) -> display.Section:
+        count = len(self.runs)
+        return display.Section(
+            f"Comparison of {count} run{'s' if count != 1 else ''}", self.tables(), (self.uri,)
+        )
+
+    def _repr_html_(self) -> str:
+        return self._section().to_html()
+
+    def __rich__(self) -> RenderableType:
+        return self._section().to_rich()
+
+    def __str__(self) -> str:
+        return display.to_text(self)
+
+
+def compare(
+    *runs: str | HasRunId,
+    experiments: Sequence[str] = (),
+    latest: bool = False,
+    tracking_uri: str | None = None,
+) -> Comparison:
+    """Compare ``runs`` (run ids, or the ``RunResult`` s of local runs) and/or every run of
+    ``experiments`` (only the newest of each with ``latest``).
+
+    The store is ``tracking_uri``, else the one the given results logged to (they must share
+    one), else the local store ``./.sarl/mlflow.db``. Errors as :func:`compare_runs`;
+    ``ValueError`` when results from different stores are mixed without a ``tracking_uri``.
+    """
+    from sarl.tracking.store import default_tracking_uri
+
+    ids = [r if isinstance(r, str) else r.run_id for r in runs]
+    stores = list(dict.fromkeys(r.tracking_uri for r in runs if not isinstance(r, str)))
+    if tracking_uri is None and len(stores) > 1:
+        raise ValueError(
+            f"the runs were logged to different stores ({', '.join(stores)}); compare runs of "
+            "one store, or pass tracking_uri"
+        )
+    uri = tracking_uri or (stores[0] if stores else default_tracking_uri())
+    return compare_runs(uri, run_ids=ids, experiments=experiments, latest=latest)
 
 
 def compare_runs(
@@ -211,40 +373,42 @@ def _histories(client: MlflowClient, uri: str, run: Run) -> dict[str, list[tuple
 
 
 def plot_curves(comparison: Comparison, out: Path) -> Path:
-    """Write one PNG: a 2x3 grid (reward, accuracy, SR, length, KL, entropy), one line per run.
-
-    Each run keeps one colour across panels; the legend below the grid lists every run. A panel
-    no run logged says "no data". Uses a bare ``Figure`` (Agg, no pyplot state).
-    """
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-
+    """Write :meth:`Comparison.figure` as a PNG to ``out`` (its folder is created)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(13, 7.8), layout="constrained")
+    comparison.figure().savefig(out, format="png", dpi=100)
+    return out
+
+
+def _figure(comparison: Comparison) -> Figure:
+    from matplotlib.lines import Line2D
+
+    labels = comparison.labels
+    fig = display.figure(figsize=(13, 7.8), layout="constrained")
     for ax, curve in zip(fig.subplots(2, 3).flat, CURVES, strict=True):
         _draw_panel(ax, comparison, curve.title, curve.metrics)
     handles = [
-        Line2D([], [], color=_color(i), lw=2, label=run.label)
+        Line2D([], [], color=_color(i), lw=2, label=labels[run.run_id])
         for i, run in enumerate(comparison.runs)
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
     count = len(comparison.runs)
     fig.suptitle(f"sarl compare: {count} run{'s' if count != 1 else ''}", fontweight="bold")
-    fig.savefig(out, format="png", dpi=100)
-    return out
+    return fig
 
 
 def _draw_panel(ax: Axes, comparison: Comparison, title: str, metrics: tuple[str, ...]) -> None:
     from matplotlib.ticker import MaxNLocator
 
+    labels = comparison.labels
     used: list[str] = []
     missing: list[str] = []
     for i, run in enumerate(comparison.runs):
         history = comparison.histories.get(run.run_id, {})
         metric = next((m for m in metrics if history.get(m)), None)
         if metric is None:
-            missing.append(run.label)
+            missing.append(labels[run.run_id])
             continue
         steps, values = zip(*history[metric], strict=True)
         # Markers make short runs (a handful of steps, or one) visible; long ones stay clean.
@@ -270,52 +434,15 @@ def _color(index: int) -> str:
 
 
 def render_tables(comparison: Comparison) -> tuple[Table, ...]:
-    """Three rich tables: the runs, the params that differ, the final metrics (runs as columns)."""
-    from rich.table import Table
-
-    runs = Table(title="runs")
-    for column in ("run", "id", "status", "experiment"):
-        runs.add_column(column)
-    for run in comparison.runs:
-        runs.add_row(run.name, run.run_id, run.status, run.experiment_id)
-
-    params = _by_run_table("params that differ", "param", comparison.runs)
-    for key, values in comparison.differing_params.items():
-        params.add_row(key, *(_text(values.get(r.run_id)) for r in comparison.runs))
-    if not comparison.differing_params:
-        params.caption = "all runs have the same params"
-
-    metrics = _by_run_table("final metrics", "metric", comparison.runs)
-    keys = sorted({k for m in comparison.final_metrics.values() for k in m})
-    for key in keys:
-        cells = [comparison.final_metrics.get(r.run_id, {}).get(key) for r in comparison.runs]
-        metrics.add_row(key, *(_number(v) for v in cells))
-    if not keys:
-        metrics.caption = "no metrics logged"
-    return runs, params, metrics
-
-
-def _by_run_table(title: str, first: str, runs: Sequence[RunSummary]) -> Table:
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column(first, overflow="fold")
-    for run in runs:
-        table.add_column(run.label, overflow="fold")
-    return table
-
-
-def _text(value: str | None) -> str:
-    return "—" if value is None else value
-
-
-def _number(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4g}"
+    """:meth:`Comparison.tables` as rich tables (what ``sarl compare`` prints)."""
+    return tuple(t.to_rich() for t in comparison.tables())
 
 
 __all__ = [
     "Comparison",
+    "HasRunId",
     "RunSummary",
+    "compare",
     "compare_runs",
     "plot_curves",
     "render_tables",

@@ -1,0 +1,142 @@
+"""What a local run returns: :class:`RunResult`, with its rendering for notebooks and terminals.
+
+Built by :class:`sarl.runner.session.LocalSession` at the end of a run; returned by
+``sarl.Client.local().run(...)`` and :func:`sarl.runner.local.run_local`. In Jupyter a result shows
+its headline metrics and where its MLflow run is (``_repr_html_``); ``rich.print`` and ``print``
+show the same table (:mod:`sarl.display`). :meth:`RunResult.maps` reads back the reasoning maps
+the run logged, :meth:`RunResult.to_frame` gives its final metrics to pandas (imported lazily).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sarl import display
+from sarl.tracking.metrics import ACCURACY, ENTROPY, KL, RESPONSE_LENGTH, REWARD_MEAN
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import RenderableType
+
+#: Metrics a run's summary shows first, when it logged them; then every held-out metric.
+HEADLINE_METRICS = (
+    REWARD_MEAN,
+    "reward/structure",
+    "reward/ground_truth",
+    ACCURACY,
+    "structure/clustering",
+    "structure/path_length",
+    RESPONSE_LENGTH,
+    KL,
+    ENTROPY,
+)
+_MAP_DIR = re.compile(r"^maps/step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a finished local run produced."""
+
+    run_id: str
+    run_url: str | None
+    tracking_uri: str
+    checkpoint_uri: str
+    steps: int
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    resumed_from: int | None = None
+    # ``--resume`` of a run that had finished: nothing was trained, logged or pruned.
+    already_finished: bool = False
+    name: str = ""  # the Experiment's name (``metadata.name``), also the MLflow run's name
+
+    # -- data ------------------------------------------------------------------------------------
+
+    def headline(self) -> dict[str, float]:
+        """The final metrics a summary shows: :data:`HEADLINE_METRICS`, then ``eval/*``."""
+        keys = [*HEADLINE_METRICS, *sorted(k for k in self.final_metrics if k.startswith("eval/"))]
+        return {k: self.final_metrics[k] for k in keys if k in self.final_metrics}
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row (index: the run's name): ``run_id``, ``steps`` and every final metric, so the
+        frames of several runs concatenate into one table."""
+        import pandas as pd
+
+        row: dict[str, Any] = {"run_id": self.run_id, "steps": self.steps, **self.final_metrics}
+        return pd.DataFrame([row], index=pd.Index([self.name or self.run_id], name="run"))
+
+    def maps(self, step: int | None = None) -> display.Gallery:
+        """The reasoning maps of sample responses the run logged to MLflow (``maps/step-N``):
+        those of ``step``, by default of the last step that has maps. Without maps (no
+        ``structure`` reward, or ``tracking.log_maps_every_n_steps`` beyond the run's steps) the
+        gallery is empty and says so; ``ValueError`` names the logged steps when ``step`` has
+        none."""
+        import tempfile
+        from pathlib import Path
+
+        from sarl.progress import mlflow_bars_off
+        from sarl.tracking.store import guarded, make_client
+
+        client = make_client(self.tracking_uri)
+        found = guarded(
+            self.tracking_uri,
+            f"listing the maps of run {self.run_id}",
+            lambda: client.list_artifacts(self.run_id, "maps"),
+        )
+        steps = {
+            int(m.group(1)): info.path
+            for info in found
+            if info.is_dir and (m := _MAP_DIR.match(info.path))
+        }
+        title = f"{self.name or self.run_id}: reasoning maps"
+        if not steps:
+            return display.Gallery(title, note="the run logged no reasoning maps")
+        chosen = max(steps) if step is None else step
+        if chosen not in steps:
+            raise ValueError(
+                f"run {self.name or self.run_id} has no maps at step {step}; it logged maps at "
+                f"steps {', '.join(map(str, sorted(steps)))}"
+            )
+        with tempfile.TemporaryDirectory(prefix="sarl-maps-") as tmp, mlflow_bars_off():
+            local = guarded(
+                self.tracking_uri,
+                f"downloading the maps of run {self.run_id}",
+                lambda: client.download_artifacts(self.run_id, steps[chosen], tmp),
+            )
+            files = sorted(Path(local).glob("*.png"))
+            return display.Gallery.from_files(
+                f"{title} at step {chosen}", [(f.stem, f) for f in files]
+            )
+
+    # -- rendering -------------------------------------------------------------------------------
+
+    def _section(self) -> display.Section:
+        what = f"{self.steps} steps"
+        if self.already_finished:
+            what += " (already finished: nothing trained)"
+        elif self.resumed_from is not None:
+            what += f" (resumed from step {self.resumed_from})"
+        lines = [f"MLflow run {self.run_id} at {self.run_url or self.tracking_uri}"]
+        if self.run_url is None and self.tracking_uri.startswith("sqlite:///"):
+            lines.append(f"browse it: mlflow ui --backend-store-uri {self.tracking_uri}")
+        lines.append(f"checkpoints: {self.checkpoint_uri}")
+        metrics = display.Table(
+            "final metrics",
+            ("metric", "value"),
+            tuple((k, display.number(v)) for k, v in self.headline().items()),
+            numeric=frozenset({1}),
+            caption="" if self.final_metrics else "no metrics logged",
+        )
+        return display.Section(f"Run {self.name or self.run_id}: {what}", (metrics,), lines)
+
+    def _repr_html_(self) -> str:
+        return self._section().to_html()
+
+    def __rich__(self) -> RenderableType:
+        return self._section().to_rich()
+
+    def __str__(self) -> str:
+        return display.to_text(self)
+
+
+__all__ = ["HEADLINE_METRICS", "RunResult"]

@@ -1,0 +1,101 @@
+"""``examples/notebooks/01-quickstart.ipynb`` runs top to bottom in a real kernel with CI-sized
+settings, in a temporary working directory, and shows what it promises: the validated spec and
+the readable errors of bad ones, a progress bar and the run's summary as HTML, the reasoning maps
+inline, offline scores of the bundled traces, the run found in MLflow.
+
+A cell that raises fails the test (nbclient's ``CellExecutionError`` names the cell).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from nbformat import NotebookNode
+
+from tests.examples.notebooks import NOTEBOOKS, execute
+from tests.examples.small import EXAMPLES, SMALL, cell, cells, workdir_with_cache
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+NAME = "01-quickstart.ipynb"
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[NotebookNode, Path]:
+    cwd = tmp_path_factory.mktemp("quickstart")
+    cache = tmp_path_factory.getbasetemp() / "notebook-policy-cache"
+    cache.mkdir(exist_ok=True)
+    workdir_with_cache(cwd, cache)
+    start = time.monotonic()
+    nb = execute(NAME, {"EXAMPLES": str(EXAMPLES), "OVERRIDES": SMALL}, cwd=cwd)
+    print(f"{NAME} executed in {time.monotonic() - start:.0f} s")  # shown with pytest -s
+    return nb, cwd
+
+
+def test_every_cell_ran(executed: tuple[NotebookNode, Path]) -> None:
+    nb, _ = executed
+    assert all(c.execution_count is not None for c in cells(nb))
+    for c in cells(nb):
+        assert "Traceback" not in c.stderr and "Warning" not in c.stderr, c.source
+
+
+def test_spec_is_validated_with_the_injected_settings(executed: tuple[NotebookNode, Path]) -> None:
+    nb, _ = executed
+    out = cell(nb, "experiment = client.validate(doc)").stdout
+    assert "local-structure - grpo arithmetic" in out
+    assert "max_steps: 2" in out  # the parameters the test injected reached the spec
+
+
+def test_bad_specs_say_which_field_in_one_line(executed: tuple[NotebookNode, Path]) -> None:
+    nb, _ = executed
+    lines = cell(nb, "except SpecError as error").stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0] == "spec.algorithm.learning_rate=-1.0: Input should be greater than 0"
+    assert lines[1].startswith("spec.reward.0={'name': 'structur'}: reward: unknown name")
+
+
+def test_run_shows_a_progress_bar_and_its_summary(executed: tuple[NotebookNode, Path]) -> None:
+    nb, cwd = executed
+    run = cell(nb, "result = client.run(experiment)")
+    bars = [h for h in run.data("text/html") if 'class="sarl-progress"' in h]
+    assert any("training: 100%" in b and '<progress value="2" max="2"' in b for b in bars)
+    assert "Training Loss" not in run.html  # transformers' own notebook bar stays off
+    summary = run.data("text/html")[-1]  # the cell's result: the RunResult
+    assert "<b>Run local-structure: 2 steps</b>" in summary
+    assert "<caption>final metrics</caption>" in summary
+    assert f"mlflow ui --backend-store-uri sqlite:///{cwd.resolve()}/.sarl/mlflow.db" in summary
+    frame = cell(nb, "result.to_frame()").html
+    assert "reward/structure" in frame and "local-structure" in frame
+
+
+def test_reasoning_maps_are_shown_inline(executed: tuple[NotebookNode, Path]) -> None:
+    nb, _ = executed
+    html = cell(nb, "result.maps()").html
+    assert "local-structure: reasoning maps at step 2" in html
+    assert html.count("data:image/png;base64,") >= 1
+
+
+def test_traces_are_scored_with_two_rewards(executed: tuple[NotebookNode, Path]) -> None:
+    nb, _ = executed
+    table = cell(nb, "scores = pd.DataFrame").html
+    for column in ("structure", "ground_truth", "mul-1", "div-4"):
+        assert column in table
+    maps = cell(nb, 'Gallery.from_files("reasoning maps of two traces"').html
+    assert maps.count("data:image/png;base64,") == 2
+    assert re.search(r"<figcaption>mul-1</figcaption>", maps)
+
+
+def test_the_run_is_in_mlflow(executed: tuple[NotebookNode, Path]) -> None:
+    nb, cwd = executed
+    out = cell(nb, "mlflow.MlflowClient(result.tracking_uri)").stdout
+    assert "local-structure FINISHED" in out
+    assert "'algorithm.max_steps': '2'" in out
+    assert (cwd / ".sarl" / "mlflow.db").is_file()
+
+
+def test_nothing_is_written_next_to_the_notebook(executed: tuple[NotebookNode, Path]) -> None:
+    assert not (NOTEBOOKS / ".sarl").exists()
+    assert not (NOTEBOOKS / "out").exists()

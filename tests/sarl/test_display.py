@@ -1,0 +1,83 @@
+"""``sarl.display``: tables and galleries render the same content as HTML (Jupyter) and as text
+(rich), escape what they show, and figures show inline without ``%matplotlib inline``."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from sarl import display
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 16
+
+
+def _table() -> display.Table:
+    return display.Table(
+        "final <metrics>",
+        ("metric", "run & co"),
+        (("reward/mean", "0.5"), ("<script>", "—")),
+        numeric=frozenset({1}),
+        caption="a note",
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(None, "—"), (float("nan"), "—"), (0.123456, "0.1235"), (3, "3"), (1e-7, "1e-07")],
+)
+def test_number(value: float | None, shown: str) -> None:
+    assert display.number(value) == shown
+
+
+def test_table_html_escapes_and_right_aligns_numbers() -> None:
+    html = _table().to_html()
+    assert "<caption>final &lt;metrics&gt;</caption>" in html
+    assert "<th>run &amp; co</th>" in html
+    assert "<td>&lt;script&gt;</td>" in html and "<script>" not in html
+    assert '<td class="num">0.5</td>' in html
+    assert "a note" in html
+
+
+def test_table_text_has_the_same_cells() -> None:
+    text = display.to_text(_table().to_rich())
+    for cell in ("final <metrics>", "run & co", "reward/mean", "0.5", "<script>", "a note"):
+        assert cell in text
+
+
+def test_section_html_and_text() -> None:
+    section = display.Section("Run x: 2 steps", (_table(),), ("MLflow run abc",))
+    html = section.to_html()
+    assert html.startswith("<style>") and '<div class="sarl-result"><b>Run x: 2 steps</b>' in html
+    assert "MLflow run abc" in html
+    text = display.to_text(section.to_rich())
+    assert text.splitlines()[0] == "Run x: 2 steps"
+    assert "reward/mean" in text
+
+
+def test_gallery_embeds_pngs_and_lists_them_in_text(tmp_path: Path) -> None:
+    (tmp_path / "a.png").write_bytes(PNG)
+    gallery = display.Gallery.from_files("maps <1>", [("sample-0", tmp_path / "a.png")])
+    (tmp_path / "a.png").unlink()  # the gallery holds the bytes, not the path
+    html = gallery._repr_html_()
+    assert f"data:image/png;base64,{base64.b64encode(PNG).decode()}" in html
+    assert "maps &lt;1&gt;" in html and "<figcaption>sample-0</figcaption>" in html
+    assert [i.caption for i in gallery] == ["sample-0"] and len(gallery) == 1
+    assert "sample-0 (PNG, 24 bytes)" in str(gallery)
+
+
+def test_empty_gallery_says_why() -> None:
+    gallery = display.Gallery("maps", note="the run logged no reasoning maps")
+    assert "the run logged no reasoning maps" in gallery._repr_html_()
+    assert "<img" not in gallery._repr_html_()
+    assert "the run logged no reasoning maps" in str(gallery)
+
+
+def test_figure_renders_itself_as_png() -> None:
+    from matplotlib.figure import Figure
+
+    fig = display.figure(figsize=(2, 1))
+    fig.subplots().plot([0, 1], [1, 0])
+    assert isinstance(fig, Figure)
+    assert fig._repr_png_().startswith(b"\x89PNG")  # what IPython shows for a cell's result
