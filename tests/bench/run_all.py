@@ -81,18 +81,50 @@ def main() -> None:
     console.print(f"wrote {rewards_path}")
     if args.skip_service:
         return
+    import bench_embedding_service  # the service benchmarks (sys.path set above)
+
     with console.status("reward service on loopback at concurrency 1, 8, 32..."):
         service = bench_reward_service.run()
     svc = Table(
         title=f"reward service: batches of {service['batch']} responses x "
-        f"{service['steps_per_response']} steps"
+        f"{service['steps_per_response']} steps, deadline {service['deadline_s']:g} s"
     )
-    for col in ("concurrency", "requests/s", "p50 ms", "p99 ms"):
+    for col in ("concurrency", "requests/s", "p50 ms", "p99 ms", "p99 incl. retries ms", "shed"):
         svc.add_column(col, justify="right")
     for key in ("c1", "c8", "c32"):
         row = service[key]
-        svc.add_row(key[1:], f"{row['rps']:.2f}", f"{row['p50_ms']:.0f}", f"{row['p99_ms']:.0f}")
+        svc.add_row(
+            key[1:],
+            f"{row['rps']:.2f}",
+            f"{row['p50_ms']:.0f}",
+            f"{row['p99_ms']:.0f}",
+            f"{row['p99_with_retries_ms']:.0f}",
+            f"{row['shed']:.0f}",
+        )
     console.print(svc)
+    for target, held in service["targets"].items():
+        console.print(f"target {target}: {'holds' if held else 'MISSED'} (measured, not asserted)")
+    with console.status("embedding service vs the same model in-process..."):
+        service["embedding_service"] = bench_embedding_service.run()
+    emb = service["embedding_service"]
+    ceiling = emb["in_process"]["texts_per_s"]
+    est = Table(title=f"embedding service: {emb['texts']} distinct step texts per run")
+    for col in ("run", "texts/s", "vs in-process", "shed"):
+        est.add_column(col, justify="right")
+    est.add_row("in-process, one encode call (ceiling)", f"{ceiling:.0f}", "1.00", "-")
+    for key, label in (
+        ("service_c1", "1 client x 128 texts"),
+        ("service_c16", "16 x 16 texts"),
+        ("service_c16_1_thread", "16 x 16 texts, --torch-threads 1"),
+    ):
+        row = emb[key]
+        est.add_row(
+            label,
+            f"{row['texts_per_s']:.0f}",
+            f"{row['ratio_to_in_process']:.2f}",
+            f"{row['shed']:.0f}",
+        )
+    console.print(est)
     service_path = args.out / "reward_service.json"
     service_path.write_text(json.dumps(service, indent=2) + "\n")
     console.print(f"wrote {service_path}")

@@ -66,6 +66,17 @@ def test_broken_plugin_costs_one_warning_line(
             ["reward", "--reward-settings", "structure={structure}"],
             "'embedder' is set with --embedder",
         ),
+        (
+            ["embedding", "--deadline-s", "0"],
+            "--deadline-s: must be a number of seconds > 0, got 0",
+        ),
+        (["embedding", "--deadline-s", "nan"], "--deadline-s: must be a number of seconds > 0"),
+        (["reward", "--deadline-s", "-3"], "--deadline-s: must be a number of seconds > 0, got -3"),
+        (["embedding", "--max-batch-size", "0"], "--max-batch-size: must be >= 1, got 0"),
+        (["embedding", "--batch-size", "0"], "--max-batch-size: must be >= 1, got 0"),
+        (["embedding", "--max-batch-tokens", "-5"], "--max-batch-tokens: must be >= 1, got -5"),
+        (["embedding", "--batch-wait-ms", "20000"], "--batch-wait-ms: must be between 0 and 10000"),
+        (["embedding", "--torch-threads", "0"], "--torch-threads: must be >= 1, got 0"),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(args: list[str], message: str, tmp_path: Path) -> None:

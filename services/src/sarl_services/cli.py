@@ -46,7 +46,42 @@ NameOpt = Annotated[
     typer.Option("--name", help="Served model name (default: all-MiniLM-L6-v2 / dir name)."),
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="torch device.")]
-BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, help="Strings per forward pass.")]
+BatchOpt = Annotated[
+    int,
+    typer.Option("--max-batch-size", "--batch-size", help="Strings per forward pass (at most)."),
+]
+BatchTokensOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-batch-tokens",
+        help="Padded tokens per forward pass (strings x longest string), at most.",
+    ),
+]
+BatchWaitOpt = Annotated[
+    float,
+    typer.Option(
+        "--batch-wait-ms",
+        help="Milliseconds the model thread waits for more requests when less than a full "
+        "pass is queued (0-10000).",
+    ),
+]
+TorchThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--torch-threads",
+        help="torch intra-op threads (default: the cores this process may use, by CPU "
+        "affinity and cgroup quota).",
+    ),
+]
+DeadlineOpt = Annotated[
+    float,
+    typer.Option(
+        "--deadline-s",
+        help="Latency bound of accepted requests: one whose expected completion (queued work "
+        "at the measured rate, planned within 80% of this) would pass it gets 503 "
+        "overloaded with Retry-After at once.",
+    ),
+]
 MaxInputsOpt = Annotated[
     int, typer.Option("--max-inputs", min=1, help="Strings per request (else 400).")
 ]
@@ -101,7 +136,11 @@ def embedding_command(
     model: ModelOpt = BUNDLED_MODEL,
     name: NameOpt = None,
     device: DeviceOpt = "cpu",
-    batch_size: BatchOpt = 64,
+    max_batch_size: BatchOpt = 128,
+    max_batch_tokens: BatchTokensOpt = 16384,
+    batch_wait_ms: BatchWaitOpt = 5.0,
+    deadline_s: DeadlineOpt = 10.0,
+    torch_threads: TorchThreadsOpt = None,
     max_inputs: MaxInputsOpt = 2048,
     max_input_chars: MaxCharsOpt = 1_000_000,
     max_body_bytes: MaxBodyOpt = 16 * 2**20,
@@ -113,18 +152,24 @@ def embedding_command(
     import_kserve()
     from sarl.embedding.base import EmbeddingError
     from sarl_services.embedding import EmbeddingModel, EmbeddingSettings, serve_embedding
+    from sarl_services.metrics import EmbeddingMetrics
 
     try:
         settings = EmbeddingSettings(
             model=model,
             served_name=name,
             device=device,
-            batch_size=batch_size,
+            max_batch_size=max_batch_size,
+            max_batch_tokens=max_batch_tokens,
+            batch_wait_ms=batch_wait_ms,
+            deadline_s=deadline_s,
+            torch_threads=torch_threads,
             max_inputs=max_inputs,
             max_input_chars=max_input_chars,
             max_body_bytes=max_body_bytes,
         )
-        embedding_model = EmbeddingModel(settings)  # resolves the model path; loads nothing
+        # Resolves the model path (fails fast on a bad one); loads nothing.
+        embedding_model = EmbeddingModel(settings, EmbeddingMetrics.create())
     except (ValueError, EmbeddingError) as e:
         raise _fail(str(e).replace("embedder.model", "--model")) from e
     serve_embedding(embedding_model, host=host, port=port, load_delay_s=load_delay)
@@ -141,6 +186,7 @@ def reward_command(
     embedding_max_retries: RetriesOpt = 3,
     max_concurrency: ConcurrencyOpt = 4,
     max_queue: QueueOpt = 64,
+    deadline_s: DeadlineOpt = 10.0,
     max_body_bytes: MaxBodyOpt = 32 * 2**20,
     max_items: MaxItemsOpt = 1024,
     name: RewardNameOpt = "sarl-reward",
@@ -187,6 +233,7 @@ def reward_command(
             name=name,
             max_concurrency=max_concurrency,
             max_queue=max_queue,
+            deadline_s=deadline_s,
             max_body_bytes=max_body_bytes,
             max_items=max_items,
             reward_defaults=_reward_defaults(reward_settings or []),

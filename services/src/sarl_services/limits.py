@@ -2,7 +2,9 @@
 
 Called by :mod:`sarl_services.reward` around each request's scoring. At most
 ``max_concurrency`` requests are scored at once; up to ``max_queue`` more wait their turn in
-arrival order; beyond that a request is refused at once with 503 and ``Retry-After``.
+arrival order; beyond that a request is refused at once with 503 and ``Retry-After``. This caps
+how many requests are held in memory; how *long* they wait is bounded by the work-based
+admission before it (:mod:`sarl_services.admission`).
 
 Why 503 and not 429: 429 tells one client that *it* sends too much, while here the server as a
 whole is saturated, whoever sends. 503 + Retry-After is what KServe/Knative's queue-proxy and
@@ -17,7 +19,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from sarl_services.errors import Unavailable
+from sarl_services.admission import Overloaded
 
 
 class ConcurrencyLimiter:
@@ -43,17 +45,21 @@ class ConcurrencyLimiter:
     def waiting(self) -> int:
         return self._admitted - self._running
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold a scoring slot for the ``async with`` body; :class:`Unavailable` when full."""
+    def ensure_room(self) -> None:
+        """:class:`Overloaded` now if :meth:`slot` would refuse (to refuse before other work)."""
         if self._admitted >= self.max_concurrency + self.max_queue:
-            raise Unavailable(
+            raise Overloaded(
                 f"overloaded: {self._running} requests scoring and {self.waiting} waiting "
                 f"(--max-concurrency {self.max_concurrency}, --max-queue {self.max_queue}); "
                 "retry later",
-                kind="overloaded",
                 retry_after_s=self._retry_after_s,
+                reason="queue_full",
             )
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold a scoring slot for the ``async with`` body; :class:`Overloaded` when full."""
+        self.ensure_room()
         self._admitted += 1
         try:
             async with self._semaphore:

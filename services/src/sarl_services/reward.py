@@ -11,10 +11,10 @@ Routes:
   the scoring knobs of :mod:`sarl_services.request_settings` and within their maxima), 404
   (unknown reward; the message lists the known ones), 413 (body over ``--max-body-bytes``, from
   ``Content-Length`` or while reading; more than ``--max-items`` items), 503 + Retry-After
-  (still loading: type ``not_ready``; overloaded: type ``overloaded``, see
-  :mod:`sarl_services.limits`), 502 (the embedder failed: the whole request fails, so a trainer
-  retries it rather than mistaking an outage for bad responses). A request whose client
-  disconnects leaves the queue or stops scoring (:mod:`sarl_services.disconnect`).
+  (still loading: type ``not_ready``; overloaded: type ``overloaded``, see below), 502 (the
+  embedder failed: the whole request fails, so a trainer retries it rather than mistaking an
+  outage for bad responses). A request whose client disconnects leaves the queue or stops
+  scoring (:mod:`sarl_services.disconnect`).
 * ``GET /v1/rewards``: the registered reward names.
 * KServe's routes: ``GET /v1/models/<name>`` readiness (503 until ``load()`` ran), V2 health,
   and ``GET /metrics`` with the counters of :class:`~sarl_services.metrics.RewardMetrics`;
@@ -22,10 +22,20 @@ Routes:
 
 ``load()`` builds the step embedder once (``--embedder local``: loads the model; ``openai``: a
 client of an OpenAI-compatible endpoint such as ``sarl serve embedding``) and sets ``ready``.
+
+Overload, two gates before any embedding: (1) admission by work (:mod:`sarl_services.admission`,
+first come first served): a structure request's work is its distinct step texts, since
+embedding them dominates its cost; the rate is measured over whole admitted requests (texts
+completed per second with any of them under way: embedding service and its queue, clustering
+and all included); a request whose expected completion passes ``--deadline-s`` gets 503
+``overloaded`` with Retry-After. Rewards without text to embed bring no work here. (2) the count
+limit (:mod:`sarl_services.limits`): ``--max-concurrency`` scored at once, ``--max-queue`` waiting.
+Shed requests are counted in ``sarl_reward_shed_total{reward, reason}``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,9 +44,11 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from sarl.embedding.base import Embedder
 from sarl.embedding.factory import EmbedderConfig, make_embedder
 from sarl.rewards.registry import reward_names
 from sarl.rewards.structure.config import StructureRewardConfig
+from sarl_services.admission import Admission, BusyMeter, Overloaded, RateEstimator
 from sarl_services.body import read_json_object
 from sarl_services.disconnect import unless_disconnected
 from sarl_services.errors import BadRequest, NotFound, PayloadTooLarge, not_ready, service_route
@@ -47,9 +59,18 @@ from sarl_services.request_settings import (
     reward_settings_model,
     validate_settings,
 )
-from sarl_services.scoring import ItemResult, MeteredEmbedder, score_generic, score_structure
+from sarl_services.scoring import (
+    ItemResult,
+    MeteredEmbedder,
+    parse_structure,
+    score_generic,
+    score_parsed,
+)
 
 _TOP_LEVEL_KEYS = ("requests", "settings")
+# Embedding throughput assumed before the first call completes (texts/s): a slow CPU, so the
+# first requests are not over-admitted; measured calls outweigh it within seconds.
+_PRIOR_TEXTS_PER_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +81,7 @@ class RewardServiceSettings:
     name: str = "sarl-reward"  # the KServe model name (readiness: GET /v1/models/<name>)
     max_concurrency: int = 4  # requests scored at once
     max_queue: int = 64  # requests waiting for a slot; beyond: 503
+    deadline_s: float = 10.0  # admission: expected completion past this gets 503
     max_body_bytes: int = 32 * 2**20
     max_items: int = 1024  # items per request; beyond: 413
     # Deployment-time settings per reward (``--reward-settings NAME=FILE``), e.g. the judge
@@ -75,6 +97,10 @@ class RewardServiceSettings:
                 raise ValueError(f"--{option.replace('_', '-')}: must be >= 1, got {value}")
         if self.max_queue < 0:
             raise ValueError(f"--max-queue: must be >= 0, got {self.max_queue}")
+        if not (self.deadline_s > 0 and math.isfinite(self.deadline_s)):
+            raise ValueError(
+                f"--deadline-s: must be a number of seconds > 0, got {self.deadline_s}"
+            )
 
 
 def parse_body(payload: dict[str, Any], max_items: int) -> tuple[list[Any], dict[str, Any] | None]:
@@ -109,21 +135,41 @@ def check_reward(name: str) -> None:
 
 
 class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type hints
-    """The KServe model: ``load()`` builds the step embedder, then sets ``ready``."""
+    """The KServe model: ``load()`` builds the step embedder, then sets ``ready``; holds the
+    admission (work) and the limiter (count) every request passes."""
 
-    def __init__(self, settings: RewardServiceSettings, metrics: RewardMetrics) -> None:
+    def __init__(
+        self,
+        settings: RewardServiceSettings,
+        metrics: RewardMetrics,
+        *,
+        admission: Admission | None = None,  # tests: a known rate
+    ) -> None:
         super().__init__(settings.name)
         self.settings = settings
         self._metrics = metrics
         self._embedder: MeteredEmbedder | None = None
+        if admission is None:
+            rate = RateEstimator(_PRIOR_TEXTS_PER_S)
+            admission = Admission(settings.deadline_s, rate, fair=False, unit="texts")
+        self.admission = admission
+        # The rate: texts of admitted requests completed per second with any of them under
+        # way, i.e. what the whole path delivers (waiting for a slot, the embedding service and
+        # its queue, clustering), not the embedder alone.
+        self._busy = BusyMeter(self.admission.rate)
+        self.limiter = ConcurrencyLimiter(settings.max_concurrency, settings.max_queue)
 
     def load(self) -> bool:
         inner = make_embedder(self.settings.embedder)
         if self.settings.embedder.kind == "local":
             inner.embed(["warm-up"])  # load the weights now: ready means ready to score
+        self.use_embedder(inner)
+        return True
+
+    def use_embedder(self, inner: Embedder) -> None:
+        """Score with ``inner`` from now on and set ``ready`` (``load()``; tests: a fake)."""
         self._embedder = MeteredEmbedder(inner, self._metrics)
         self.ready = True
-        return True
 
     def reward_settings(self, name: str, requested: dict[str, Any] | None) -> BaseModel:
         """The settings reward ``name`` scores this request with: the service's defaults with
@@ -133,18 +179,33 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
         return validate_settings(reward_settings_model(name), merged, requested)
 
     async def score(self, name: str, items: list[Any], settings: BaseModel) -> list[ItemResult]:
-        """Score ``items`` with reward ``name``; one result or error object per item."""
-        if isinstance(settings, StructureRewardConfig):  # reward "structure" (its scoring part)
-            if self._embedder is None:
-                raise not_ready("reward service")
-            return await score_structure(items, settings, self._embedder)
-        return await score_generic(name, items, settings)
+        """Admit, queue and score ``items`` with reward ``name``; one result or error object per
+        item. :class:`~sarl_services.admission.Overloaded` when refused."""
+        if not isinstance(settings, StructureRewardConfig):  # no embedding work to admit
+            async with self.limiter.slot():
+                return await score_generic(name, items, settings)
+        if self._embedder is None:  # reward "structure" (its scoring part)
+            raise not_ready("reward service")
+        self.limiter.ensure_room()  # a full queue refuses before any parsing, as before
+        structure = await parse_structure(items, settings)
+        if not structure.texts:  # labels or embeddings given: nothing to embed
+            async with self.limiter.slot():
+                return await score_parsed(structure, settings, self._embedder)
+        ticket = self.admission.admit(len(structure.texts))
+        self._busy.begin()
+        done: int | None = None
+        try:
+            async with self.limiter.slot():
+                results = await score_parsed(structure, settings, self._embedder)
+            done = len(structure.texts)
+            return results
+        finally:
+            self._busy.end(done)
+            self.admission.release(ticket)
 
 
-def build_router(
-    model: RewardModel, limiter: ConcurrencyLimiter, metrics: RewardMetrics
-) -> APIRouter:
-    """The reward routes; request counts, latency and errors go to ``metrics``."""
+def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:
+    """The reward routes; request counts, latency, errors and shed requests go to ``metrics``."""
     settings = model.settings
 
     def observe(request: Request, status: int, kind: str | None, seconds: float) -> None:
@@ -162,12 +223,11 @@ def build_router(
         payload = await read_json_object(request, settings.max_body_bytes)
         items, requested = parse_body(payload, settings.max_items)
         reward_settings = model.reward_settings(name, requested)
-
-        async def queued_and_scored() -> list[ItemResult]:
-            async with limiter.slot():
-                return await model.score(name, items, reward_settings)
-
-        results = await unless_disconnected(request, queued_and_scored())
+        try:
+            results = await unless_disconnected(request, model.score(name, items, reward_settings))
+        except Overloaded as e:
+            metrics.shed.labels(reward=name, reason=e.reason).inc()
+            raise
         failed = sum(1 for r in results if "error" in r)
         metrics.items.labels(reward=name).inc(len(results) - failed)
         metrics.item_errors.labels(reward=name).inc(failed)
@@ -187,17 +247,20 @@ def build_router(
 def serve_reward(
     settings: RewardServiceSettings, *, host: str, port: int, load_delay_s: float = 0.0
 ) -> None:
-    """Build the model, limiter, routes and metrics; serve until stopped (``sarl serve``)."""
+    """Build the model, routes and metrics; serve until stopped (``sarl serve``)."""
     from sarl_services.server import serve
 
     metrics = RewardMetrics.create()
-    limiter = ConcurrencyLimiter(settings.max_concurrency, settings.max_queue)
+    model = RewardModel(settings, metrics)
+    limiter, admission = model.limiter, model.admission
     metrics.in_flight.set_function(lambda: limiter.running)
     metrics.queued.set_function(lambda: limiter.waiting)
-    model = RewardModel(settings, metrics)
+    metrics.queued_texts.set_function(lambda: admission.queued_work)
+    metrics.expected_wait.set_function(admission.drain_s)
+    metrics.rate.set_function(lambda: admission.rate.per_s)
     serve(
         model,
-        build_router(model, limiter, metrics),
+        build_router(model, metrics),
         host=host,
         port=port,
         load_delay_s=load_delay_s,

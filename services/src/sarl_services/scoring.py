@@ -10,8 +10,10 @@ arrive validated (:mod:`sarl_services.request_settings`). Two paths:
   ``parse_request`` and scored with ``embed_requests`` / ``score_isolated``, so an item that
   fails to score (e.g. extreme embeddings) fails alone; results have exactly the CLI's keys
   (``score``, ``clustering``, ``path_length``, ``num_steps``, ``num_nodes``, ``num_edges``,
-  ``labels``). The distinct step texts of all items are embedded in one awaited call to the
-  service's embedder; clustering runs on worker threads.
+  ``labels``). Items are parsed first (:func:`parse_structure`), so the service can admit the
+  request by its distinct step texts before embedding anything; those are then embedded in one
+  awaited call to the service's embedder (:func:`score_parsed`); clustering runs on worker
+  threads.
 * any other registered reward — items are samples ``{"response", "prompt"?, "ground_truth"?,
   "group"?, ...}`` (other keys reach the reward as ``Sample.extra``); results are ``{"score",
   <component>: value, ...}``. A reward that needs whole groups (TTRL, EMPO, ...) scores the
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -133,20 +136,38 @@ def _structure_chunks(requests: list[ScoreRequest]) -> Iterator[list[ScoreReques
         yield chunk
 
 
-async def score_structure(
-    items: list[Any], config: StructureRewardConfig, embedder: MeteredEmbedder
-) -> list[ItemResult]:
-    """Score items with the structure reward; an embedder failure raises (the caller's 502)."""
+@dataclass(frozen=True)
+class ParsedStructure:
+    """The items of a structure request, parsed: a request or an error message per item, and
+    the distinct step texts to embed (the request's work, for admission)."""
+
+    parsed: list[ScoreRequest | str]
+    texts: list[str]
+
+
+async def parse_structure(items: list[Any], config: StructureRewardConfig) -> ParsedStructure:
+    """Parse items on worker threads, ``_CHUNK_SAMPLES`` per call."""
     parsed: list[ScoreRequest | str] = []
     for start in range(0, len(items), _CHUNK_SAMPLES):
         chunk = items[start : start + _CHUNK_SAMPLES]
         parsed += await asyncio.to_thread(_parse_structure, chunk, config, start)
-    valid = [p for p in parsed if isinstance(p, ScoreRequest)]
     # embed_requests sends each step as encodable(text) (lone surrogates replaced), so the
     # vectors are fetched and looked up under the same strings.
-    texts = list(
-        dict.fromkeys(encodable(t) for p in valid if p.steps is not None for t in p.steps.texts)
+    texts = dict.fromkeys(
+        encodable(t)
+        for p in parsed
+        if isinstance(p, ScoreRequest) and p.steps is not None
+        for t in p.steps.texts
     )
+    return ParsedStructure(parsed, list(texts))
+
+
+async def score_parsed(
+    structure: ParsedStructure, config: StructureRewardConfig, embedder: MeteredEmbedder
+) -> list[ItemResult]:
+    """Embed and score parsed items; an embedder failure raises (the caller's 502)."""
+    texts = structure.texts
+    valid = [p for p in structure.parsed if isinstance(p, ScoreRequest)]
     fetched = _Fetched(texts, await embedder.aembed(texts)) if texts else None
     embedded = await asyncio.to_thread(embed_requests, valid, fetched)
     scored: list[StructureResult | ScoringFailure] = []
@@ -154,7 +175,7 @@ async def score_structure(
         scored += await asyncio.to_thread(score_isolated, chunk, config)
     results = iter(scored)
     out: list[ItemResult] = []
-    for i, p in enumerate(parsed):
+    for i, p in enumerate(structure.parsed):
         result = p if isinstance(p, str) else next(results)
         if isinstance(result, str):
             out.append({"error": result})
