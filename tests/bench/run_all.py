@@ -3,8 +3,10 @@
 Writes ``<out>/structure.json`` with at least ``naive_ms_per_response``,
 ``fast_ms_per_response``, ``speedup``, ``scores_identical`` and ``embedding_speedup``,
 ``<out>/rewards.json`` with each text-only reward's time per sample from 1 kB to 1 MB (issue 12's
-linear-time bound), and ``<out>/reward_service.json`` with throughput and p50/p99 latency of the
-reward service at client concurrency 1, 8 and 32 (embedding service behind it).
+linear-time bound), and ``<out>/reward_service.json`` with throughput, p50/p99 latency of
+accepted requests and shed requests of the reward service at client concurrency 1, 8 and 32
+(embedding service behind it), whether the throughput and deadline targets hold, and the
+embedding service's texts/s against the same model in-process (``embedding_service``).
 Benchmarks are measurements, never tests: nothing here fails on a slow machine.
 """
 
