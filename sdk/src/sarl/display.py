@@ -20,7 +20,7 @@ import io
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -174,6 +174,26 @@ class Section:
         parts += [Text(line) for line in self.lines]
         parts += [t.to_rich() for t in self.tables]
         return Group(*parts)
+
+
+class Rendered:
+    """Mixin of the result types: ``_repr_html_``, ``__rich__`` and ``__str__`` from one
+    :class:`Section` that the subclass builds in ``_section()``; ``print`` wraps at
+    ``_text_width`` columns."""
+
+    _text_width: ClassVar[int] = 120
+
+    def _section(self) -> Section:
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        return self._section().to_html()
+
+    def __rich__(self) -> RenderableType:
+        return self._section().to_rich()
+
+    def __str__(self) -> str:
+        return to_text(self, width=self._text_width)
 
 
 def figure(**kwargs: Any) -> Figure:

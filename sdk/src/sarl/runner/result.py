@@ -18,7 +18,6 @@ from sarl.tracking.metrics import ACCURACY, ENTROPY, KL, RESPONSE_LENGTH, REWARD
 
 if TYPE_CHECKING:
     import pandas as pd
-    from rich.console import RenderableType
 
 #: Metrics a run's summary shows first, when it logged them; then every held-out metric.
 HEADLINE_METRICS = (
@@ -36,7 +35,7 @@ _MAP_DIR = re.compile(r"^maps/step-(\d+)$")
 
 
 @dataclass(frozen=True)
-class RunResult:
+class RunResult(display.Rendered):
     """What a finished local run produced."""
 
     run_id: str
@@ -128,15 +127,6 @@ class RunResult:
             caption="" if self.final_metrics else "no metrics logged",
         )
         return display.Section(f"Run {self.name or self.run_id}: {what}", (metrics,), lines)
-
-    def _repr_html_(self) -> str:
-        return self._section().to_html()
-
-    def __rich__(self) -> RenderableType:
-        return self._section().to_rich()
-
-    def __str__(self) -> str:
-        return display.to_text(self)
 
 
 __all__ = ["HEADLINE_METRICS", "RunResult"]

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sarl import display
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
-    from rich.console import RenderableType
 
     from sarl.study.report import StudyReport
 
@@ -41,8 +40,10 @@ class RunOutcome:
 
 
 @dataclass
-class StudyResult:
+class StudyResult(display.Rendered):
     """A finished local Study: its parent run, each run's outcome and the report."""
+
+    _text_width: ClassVar[int] = 160  # the arms table is wide
 
     study: str
     parent_run_id: str
@@ -131,15 +132,6 @@ class StudyResult:
         )
         heading = f"Study {self.study}: {len(self.outcomes)} runs ({tally})"
         return display.Section(heading, tables, lines)
-
-    def _repr_html_(self) -> str:
-        return self._section().to_html()
-
-    def __rich__(self) -> RenderableType:
-        return self._section().to_rich()
-
-    def __str__(self) -> str:
-        return display.to_text(self, width=160)
 
 
 def _report_tables(report: StudyReport) -> list[display.Table]:

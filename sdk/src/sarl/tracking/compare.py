@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from mlflow import MlflowClient
     from mlflow.entities import Run
-    from rich.console import RenderableType
     from rich.table import Table
 
 # Run names can repeat (two runs of one experiment): there, labels carry a short id too.
@@ -80,7 +79,7 @@ class HasRunId(Protocol):
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(display.Rendered):
     """Runs side by side. Keys of the per-run dicts are run ids, in ``runs`` order.
 
     ``differing_params``: only params whose value is not the same in every run (a run that lacks
@@ -201,15 +200,6 @@ class Comparison:
         return display.Section(
             f"Comparison of {count} run{'s' if count != 1 else ''}", self.tables(), (self.uri,)
         )
-
-    def _repr_html_(self) -> str:
-        return self._section().to_html()
-
-    def __rich__(self) -> RenderableType:
-        return self._section().to_rich()
-
-    def __str__(self) -> str:
-        return display.to_text(self)
 
 
 def compare(
