@@ -6,11 +6,15 @@ Used by ``test_notebook_quickstart.py``, ``test_notebook_compare.py`` and ``test
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from nbformat import NotebookNode
+
+from tests.examples.notebooks import execute
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -40,6 +44,28 @@ def workdir_with_cache(cwd: Path, cache: Path) -> Path:
     workdir.mkdir(parents=True)
     (workdir / "cache").symlink_to(cache, target_is_directory=True)
     return workdir
+
+
+def execute_small(
+    tmp_path_factory: pytest.TempPathFactory, name: str, parameters: dict[str, Any]
+) -> tuple[NotebookNode, Path]:
+    """Run notebook ``name`` with ``parameters`` in a fresh temporary working directory whose
+    workdir shares the session's policy cache; the executed notebook and that directory."""
+    cwd = tmp_path_factory.mktemp(Path(name).stem)
+    cache = tmp_path_factory.getbasetemp() / "notebook-policy-cache"
+    cache.mkdir(exist_ok=True)
+    workdir_with_cache(cwd, cache)
+    start = time.monotonic()
+    nb = execute(name, parameters, cwd=cwd)
+    print(f"{name} executed in {time.monotonic() - start:.0f} s")  # shown with pytest -s
+    return nb, cwd
+
+
+def assert_every_cell_ran(nb: NotebookNode) -> None:
+    """Every code cell executed, and none wrote a traceback or a warning to stderr."""
+    assert all(c.execution_count is not None for c in cells(nb))
+    for c in cells(nb):
+        assert "Traceback" not in c.stderr and "Warning" not in c.stderr, c.source
 
 
 @dataclass

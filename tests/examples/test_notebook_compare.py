@@ -10,14 +10,13 @@ import torch and load the embedder; the parallel path is covered by ``tests/sarl
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
 from nbformat import NotebookNode
 
-from tests.examples.notebooks import NOTEBOOKS, execute
-from tests.examples.small import EXAMPLES, SMALL, cell, cells, workdir_with_cache
+from tests.examples.notebooks import NOTEBOOKS
+from tests.examples.small import EXAMPLES, SMALL, assert_every_cell_ran, cell, execute_small
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -27,10 +26,6 @@ INTERVAL = r"\d\.\d{3} → \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]"  # start → end 
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[NotebookNode, Path]:
-    cwd = tmp_path_factory.mktemp("compare")
-    cache = tmp_path_factory.getbasetemp() / "notebook-policy-cache"
-    cache.mkdir(exist_ok=True)
-    workdir_with_cache(cwd, cache)
     parameters = {
         "EXAMPLES": str(EXAMPLES),
         "OVERRIDES": SMALL,
@@ -38,17 +33,11 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[NotebookNode, Pa
         "SEEDS": [0, 1],
         "JOBS": 1,
     }
-    start = time.monotonic()
-    nb = execute(NAME, parameters, cwd=cwd)
-    print(f"{NAME} executed in {time.monotonic() - start:.0f} s")  # shown with pytest -s
-    return nb, cwd
+    return execute_small(tmp_path_factory, NAME, parameters)
 
 
 def test_every_cell_ran(executed: tuple[NotebookNode, Path]) -> None:
-    nb, _ = executed
-    assert all(c.execution_count is not None for c in cells(nb))
-    for c in cells(nb):
-        assert "Traceback" not in c.stderr and "Warning" not in c.stderr, c.source
+    assert_every_cell_ran(executed[0])
 
 
 def test_two_runs_each_with_a_progress_bar(executed: tuple[NotebookNode, Path]) -> None:

@@ -9,14 +9,13 @@ A cell that raises fails the test (nbclient's ``CellExecutionError`` names the c
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
 from nbformat import NotebookNode
 
-from tests.examples.notebooks import NOTEBOOKS, execute
-from tests.examples.small import EXAMPLES, SMALL, cell, cells, workdir_with_cache
+from tests.examples.notebooks import NOTEBOOKS
+from tests.examples.small import EXAMPLES, SMALL, assert_every_cell_ran, cell, execute_small
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -25,21 +24,11 @@ NAME = "01-quickstart.ipynb"
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[NotebookNode, Path]:
-    cwd = tmp_path_factory.mktemp("quickstart")
-    cache = tmp_path_factory.getbasetemp() / "notebook-policy-cache"
-    cache.mkdir(exist_ok=True)
-    workdir_with_cache(cwd, cache)
-    start = time.monotonic()
-    nb = execute(NAME, {"EXAMPLES": str(EXAMPLES), "OVERRIDES": SMALL}, cwd=cwd)
-    print(f"{NAME} executed in {time.monotonic() - start:.0f} s")  # shown with pytest -s
-    return nb, cwd
+    return execute_small(tmp_path_factory, NAME, {"EXAMPLES": str(EXAMPLES), "OVERRIDES": SMALL})
 
 
 def test_every_cell_ran(executed: tuple[NotebookNode, Path]) -> None:
-    nb, _ = executed
-    assert all(c.execution_count is not None for c in cells(nb))
-    for c in cells(nb):
-        assert "Traceback" not in c.stderr and "Warning" not in c.stderr, c.source
+    assert_every_cell_ran(executed[0])
 
 
 def test_spec_is_validated_with_the_injected_settings(executed: tuple[NotebookNode, Path]) -> None:
