@@ -31,19 +31,10 @@ import time
 from typing import Any
 
 import httpx
+from bench_reward_service import _PHRASES  # same synthetic steps (tests/bench is on sys.path)
 
 from sarl_services.testing import running_service
 
-_PHRASES = (
-    "Let me restate what the question asks about {a} and {b}.",
-    "Compute {a} times {b}, which gives {c}.",
-    "Wait, that does not look right; check {a} + {b} again.",
-    "So far the reasoning is consistent with {c}.",
-    "Now substitute {a} back into the equation for {b}.",
-    "I should verify the bound with a concrete example such as {c}.",
-    "Therefore the answer follows from step {a}.",
-    "Let me simplify the expression {a}x + {b} first.",
-)
 SERVICE_BATCH = 128  # --max-batch-size default of the service, and the sdk client's batch
 
 
