@@ -156,9 +156,10 @@ are never read.
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs"]
   verbs: ["get", "create", "patch"]
+# InferenceServices are also deleted once no run needs them (spec.serving.release).
 - apiGroups: ["serving.kserve.io"]
   resources: ["inferenceservices"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch"]
