@@ -56,6 +56,7 @@ CASES: tuple[Case, ...] = (
     Case(INFERENCE),
     Case(INFERENCE, "gpu"),
     Case(INFERENCE, "raw-deployment"),
+    Case(INFERENCE, "serverless"),
     Case(INFERENCE, "cpu-embedding"),
     Case(INFERENCE, "judge-disabled"),
     Case(PLATFORM),

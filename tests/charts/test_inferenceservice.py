@@ -156,10 +156,11 @@ def test_cpu_backend_requests_no_gpu() -> None:
 @pytest.mark.parametrize(
     ("case", "mode", "host"),
     [
-        (Case(INFERENCE), "Serverless", "sarl-inference-embedding"),
+        (Case(INFERENCE), "RawDeployment", "sarl-inference-embedding-predictor"),
+        (Case(INFERENCE, "serverless"), "Serverless", "sarl-inference-embedding"),
         (Case(INFERENCE, "raw-deployment"), "RawDeployment", "sarl-inference-embedding-predictor"),
     ],
-    ids=["serverless", "raw"],
+    ids=["default", "serverless", "raw"],
 )
 def test_deployment_mode_and_reward_embedding_url(case: Case, mode: str, host: str) -> None:
     for isvc in objects_of_kind(case, "InferenceService"):

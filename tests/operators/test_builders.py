@@ -181,7 +181,11 @@ def test_configmap_holds_valid_spec_and_backend() -> None:
     exp = experiment("sarl-grpo-math")
     data = builders.configmap(exp, NAMESPACE)["data"]
     assert data["backend"] == "verl"
-    assert load_experiment(data["experiment.yaml"]).spec == exp.spec
+    # The preset's embedder has no URL: the trainer gets the served model's URL and name.
+    expected = exp.spec.model_dump(mode="json")
+    embedder = expected["reward"][0]["settings"]["embedder"]
+    embedder.update(url=builders.embedding_url(exp, NAMESPACE), model="embedding")
+    assert load_experiment(data["experiment.yaml"]).spec.model_dump(mode="json") == expected
 
 
 def test_owned_adds_one_controller_reference() -> None:

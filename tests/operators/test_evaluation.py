@@ -30,7 +30,13 @@ def test_cluster_benchmarks(benchmarks: list[str], expected: list[str]) -> None:
     assert evaluation.cluster_benchmarks(experiment_of(doc)) == expected
 
 
-@pytest.mark.parametrize(("gpus", "limits"), [(8, {"nvidia.com/gpu": "1"}), (0, {})])
+# The paper preset's spec.resources.evaluation: 8 CPUs, 64Gi of memory and of scratch disk.
+_EVAL_POD = {"cpu": "8", "memory": "64Gi", "ephemeral-storage": "64Gi"}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "limits"), [(8, {**_EVAL_POD, "nvidia.com/gpu": "1"}), (0, _EVAL_POD)]
+)
 def test_eval_job_pod(gpus: int, limits: dict[str, str]) -> None:
     doc = CASES["sarl-grpo-math"]()
     doc["spec"]["resources"] = {"gpus_per_node": gpus}
@@ -46,8 +52,13 @@ def test_eval_job_pod(gpus: int, limits: dict[str, str]) -> None:
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"] == ["python", "-m", "sarl_jobs.evaluate"]
-    assert container["args"] == ["--config", "/etc/sarl/experiment.yaml"]
-    assert container["resources"]["limits"] == limits
+    assert container["args"] == [
+        "--config",
+        "/etc/sarl/experiment.yaml",
+        "--workdir",  # on the scratch volume
+        "/scratch/sarl-eval",
+    ]
+    assert container["resources"] == {"requests": limits, "limits": limits}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["MLFLOW_RUN_ID"] == RUN_ID and env["MLFLOW_TRACKING_URI"] == TRACKING_URI
     assert env["SARL_DATA_URI"] == "s3://sarl/data"

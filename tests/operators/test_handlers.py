@@ -98,6 +98,11 @@ class FakeApi:
         self.writes.append(("patch", obj["kind"]))
         return dict(obj)
 
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        self._check(kind)
+        self.writes.append(("delete", kind))
+        return self.objects.pop((api_version, kind, namespace, name), None) is not None
+
 
 def _body(case: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
     doc = CASES[case]()

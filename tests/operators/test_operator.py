@@ -345,3 +345,73 @@ def test_mlflow_down_reports_tracking_and_creates_no_job(
     time.sleep(1.5)
     assert "nomlflow" not in server.objects(PYTORCHJOBS, NAMESPACE)
     assert _status(server, "nomlflow")["phase"] == "Pending"
+
+
+def _embedding(server: KubeServer, name: str) -> dict[str, Any] | None:
+    return server.objects(ISVCS, NAMESPACE).get(f"{name}-embedding")
+
+
+def test_served_models_are_released_when_training_and_evaluation_end(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient
+) -> None:
+    """The embedding ISVC outlives training while the evaluation Job runs, is deleted once that
+    ends (InferenceReady=False, Released), is not re-created by a reconcile (a spec update), and
+    comes back when the job is gone and the run starts again."""
+    _create(kube, _doc("release"))
+    wait_for("the PyTorchJob", lambda: _reconciled(server, "release"))
+    assert _embedding(server, "release") is not None
+    done = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+    _merge(kube, "kubeflow.org/v1", "PyTorchJob", "release", done)
+    wait_for("the eval Job", lambda: server.objects(JOBS, NAMESPACE).get("release-eval"))
+    time.sleep(2)  # two timer intervals: training alone ending releases nothing
+    assert _embedding(server, "release") is not None
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    _merge(kube, "batch/v1", "Job", "release-eval", complete)
+    wait_for("the ISVC deleted", lambda: _embedding(server, "release") is None)
+    inference = wait_for(
+        "InferenceReady Released",
+        lambda: (
+            (_condition(server, "release", "InferenceReady") or {}).get("reason") == "Released"
+            and _condition(server, "release", "InferenceReady")
+        ),
+    )
+    assert inference["status"] == "False" and "release-embedding" in inference["message"]
+    assert "Released" in _events(server, "release")
+
+    # A spec update reconciles the finished run: every child but the released ISVC is applied.
+    _merge(
+        kube, "sarl.dev/v1alpha1", "Experiment", "release", {"spec": {"resources": {"nodes": 2}}}
+    )
+    wait_for(
+        "the patched PyTorchJob",
+        lambda: (
+            "Worker"
+            in server.objects(PYTORCHJOBS, NAMESPACE)["release"]["spec"]["pytorchReplicaSpecs"]
+        ),
+    )
+    time.sleep(2)
+    assert _embedding(server, "release") is None
+
+    # The job deleted (to run again) and the run reconciled: the ISVC is served again, first.
+    _resource(kube, "kubeflow.org/v1", "PyTorchJob").delete(name="release", namespace=NAMESPACE)
+    _resource(kube, "batch/v1", "Job").delete(name="release-eval", namespace=NAMESPACE)
+    _merge(
+        kube, "sarl.dev/v1alpha1", "Experiment", "release", {"spec": {"resources": {"nodes": 1}}}
+    )
+    wait_for("the ISVC served again", lambda: _embedding(server, "release"))
+    wait_for("the PyTorchJob again", lambda: server.objects(PYTORCHJOBS, NAMESPACE).get("release"))
+
+
+def test_release_never_keeps_the_served_models(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient
+) -> None:
+    doc = _doc("keep")
+    doc["spec"]["serving"] = {"release": "never"}
+    _create(kube, doc)
+    wait_for("the PyTorchJob", lambda: _reconciled(server, "keep"))
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    _merge(kube, "kubeflow.org/v1", "PyTorchJob", "keep", failed)
+    wait_for("phase Failed", lambda: _status(server, "keep").get("phase") == "Failed")
+    time.sleep(3)  # three timer intervals: a release would have happened by now
+    assert _embedding(server, "keep") is not None
+    assert (_condition(server, "keep", "InferenceReady") or {}).get("status") == "True"

@@ -195,7 +195,7 @@ def _create(kube: dynamic.DynamicClient, kind: str, doc: dict[str, Any]) -> None
 
 def _experiment_life(server: KubeServer, kube: dynamic.DynamicClient) -> None:
     """Create (ConfigMap, InferenceService, PyTorchJob), update the spec (all three patched),
-    training Succeeded (evaluation Job)."""
+    training Succeeded (evaluation Job), evaluation Complete (InferenceService deleted)."""
     _create(kube, "Experiment", experiment_doc("rbac-exp"))
     wait_for("the PyTorchJob", lambda: server.objects(PYTORCHJOBS, TEAM).get("rbac-exp"))
     _merge(
@@ -209,6 +209,12 @@ def _experiment_life(server: KubeServer, kube: dynamic.DynamicClient) -> None:
     )
     _merge(kube, "kubeflow.org/v1", "PyTorchJob", "rbac-exp", SUCCEEDED)
     wait_for("the evaluation Job", lambda: server.objects(JOBS, TEAM).get("rbac-exp-eval"))
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    _merge(kube, "batch/v1", "Job", "rbac-exp-eval", complete)
+    wait_for(
+        "the released InferenceService",
+        lambda: "rbac-exp-embedding" not in server.objects(ISVCS, TEAM),
+    )
 
 
 def _exists(server: KubeServer, resource: Resource, name: str) -> bool:

@@ -85,6 +85,47 @@ local route). Both backends serve OpenAI routes under KServe's /openai prefix.
 {{- end }}
 {{- end }}
 
+{{/*
+Serverless only: fail the render on a predictor field that Knative Serving's webhook refuses
+unless its feature flag (disabled by default) is enabled and listed in knativeFeatures. Flags and
+defaults from knative/serving pkg/apis/serving/fieldmask.go and config/core/configmaps/
+features.yaml at knative-v1.21.1 (the release KServe v0.17.0 installs); the chart can render
+these four kinds of gated field. Renders nothing.
+*/}}
+{{- define "sarl-inference.knativeCheck" -}}
+{{- if not (include "sarl-inference.rawMode" .) }}
+{{- $v := .Values }}
+{{- $gated := list }}
+{{- $envs := list }}
+{{- $cpu := and $v.embedding.enabled (eq $v.embedding.backend "sarl-cpu") }}
+{{- if or $v.judge.enabled (and $v.embedding.enabled (eq $v.embedding.backend "vllm")) }}
+{{- if $v.gpu.nodeSelector }}{{ $gated = append $gated (list "gpu.nodeSelector" "kubernetes.podspec-nodeselector") }}{{ end }}
+{{- if $v.gpu.tolerations }}{{ $gated = append $gated (list "gpu.tolerations" "kubernetes.podspec-tolerations") }}{{ end }}
+{{- end }}
+{{- if and $v.embedding.enabled (eq $v.embedding.backend "vllm") }}{{ $envs = append $envs (list "embedding.vllm.env" $v.embedding.vllm.env) }}{{ end }}
+{{- if $v.judge.enabled }}{{ $envs = append $envs (list "judge.env" $v.judge.env) }}{{ end }}
+{{- if $cpu }}
+{{- $c := $v.embedding.sarlCpu }}
+{{- if $c.nodeSelector }}{{ $gated = append $gated (list "embedding.sarlCpu.nodeSelector" "kubernetes.podspec-nodeselector") }}{{ end }}
+{{- if $c.tolerations }}{{ $gated = append $gated (list "embedding.sarlCpu.tolerations" "kubernetes.podspec-tolerations") }}{{ end }}
+{{- if dig "capabilities" "add" "" (default (dict) $c.securityContext) }}{{ $gated = append $gated (list "embedding.sarlCpu.securityContext.capabilities.add" "kubernetes.containerspec-addcapabilities") }}{{ end }}
+{{- $envs = append $envs (list "embedding.sarlCpu.env" $c.env) }}
+{{- end }}
+{{- range $envs }}
+{{- $key := index . 0 }}
+{{- range (index . 1) }}
+{{- if or (dig "valueFrom" "fieldRef" "" .) (dig "valueFrom" "resourceFieldRef" "" .) }}{{ $gated = append $gated (list (printf "%s[%s].valueFrom" $key .name) "kubernetes.podspec-fieldref") }}{{ end }}
+{{- end }}
+{{- end }}
+{{- range $gated }}
+{{- $flag := index . 1 }}
+{{- if not (has $flag $v.knativeFeatures) }}
+{{- fail (printf "%s: Knative Serving refuses it in deploymentMode %s unless its feature flag %s is enabled (disabled by default); set deploymentMode: RawDeployment, or enable %s in the config-features ConfigMap of knative-serving and list it in knativeFeatures" (index . 0) $v.deploymentMode $flag $flag) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Metadata annotations of every InferenceService. */}}
 {{- define "sarl-inference.isvcAnnotations" -}}
 serving.kserve.io/deploymentMode: {{ .Values.deploymentMode }}

@@ -4,12 +4,21 @@ How: verl 0.9.1's v1 trainer instantiates ``trainer.checkpoint_callback_class`` 
 (``verl/trainer/ppo/checkpoint_callback.py``) and calls ``on_save(trainer=, global_step=,
 checkpoint_dir=, async_save=)`` after each save, once ``latest_checkpointed_iteration.txt`` is
 written. :func:`sarl.integrations.verl.config.verl_overrides` names :class:`StoreCheckpointCallback`
-there and puts the store settings under ``sarl.storage``. The driver runs on the Ray head (rank
-0), where verl's FSDP checkpoint managers write ``trainer.default_local_dir``; multi-node runs
-need that directory on shared storage (each rank writes its own shards), as verl itself requires.
+there and puts the store settings under ``sarl.storage``.
+
+Multi-node (``trainer.nnodes`` > 1): every rank's FSDP checkpoint manager writes its own shards
+(``model_world_size_W_rank_R.pt`` ...) under ``trainer.default_local_dir`` on *its own* pod's
+disk, and the driver (verl's ``TaskRunner``, a Ray actor on any node) writes ``data.pt`` and the
+tracker on its node; no node holds the whole checkpoint. So the callback saves it in parts
+(:meth:`sarl.storage.base.CheckpointStore.save_part`): one Ray task pinned to each live node
+uploads that node's ``global_step_N`` directory, and only when all ``nnodes`` parts are stored
+does the driver write the one manifest (``commit_parts``) — until then the step is invisible to
+``latest()``. :func:`sarl_jobs.resume.restore_verl` later downloads the whole checkpoint on every
+node, so each rank finds its shards wherever Ray places it.
 
 An upload failure raises and stops training (verl propagates it): losing checkpoints silently is
-worse than a failed step. Imports no verl (duck-typed to verl's ``CheckpointCallback``).
+worse than a failed step. Imports no verl (duck-typed to verl's ``CheckpointCallback``); Ray only
+in multi-node runs.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # sarl.storage imports the S3 client (the [local] extra)
-    from sarl.storage.base import CheckpointStore
+    from sarl.storage.base import CheckpointInfo, CheckpointStore, FileEntry
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +44,8 @@ class StoreCheckpointCallback:
         self.uri: str | None = str(uri) if uri else None
         self.endpoint_url: str | None = settings.get("endpoint_url")
         self.keep_last = int(settings.get("keep_last") or 3)
+        trainer = _select(config, ("trainer",)) or {}
+        self.nnodes = int(trainer.get("nnodes") or 1)
         self._store: CheckpointStore | None = None
 
     @property
@@ -60,9 +71,49 @@ class StoreCheckpointCallback:
         if async_save:  # Megatron only; FSDP saves synchronously
             logger.warning("step %d saved asynchronously; not uploaded", global_step)
             return
-        info = store.save(global_step, Path(checkpoint_dir), {"backend": "verl"})
+        if self.nnodes > 1:
+            info = self._save_in_parts(store, global_step, checkpoint_dir)
+        else:
+            info = store.save(global_step, Path(checkpoint_dir), {"backend": "verl"})
         logger.info("checkpoint step %d -> %s", global_step, info.uri)
         store.prune(self.keep_last)
+
+    def _save_in_parts(
+        self, store: CheckpointStore, global_step: int, checkpoint_dir: str
+    ) -> CheckpointInfo:
+        """Each live Ray node uploads its ``checkpoint_dir`` (the same path on every pod); the
+        manifest is written once all ``nnodes`` parts are stored."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        if len(nodes) != self.nnodes:  # a node's shards would be missing from the checkpoint
+            raise RuntimeError(
+                f"checkpoint step {global_step}: {len(nodes)} live Ray nodes, trainer.nnodes="
+                f"{self.nnodes}; not uploading an incomplete checkpoint"
+            )
+        store.begin_parts(global_step)
+        upload = ray.remote(num_cpus=0, max_retries=0)(upload_part)
+        refs = [
+            upload.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+            ).remote(self.uri, self.endpoint_url, global_step, checkpoint_dir)
+            for node in nodes
+        ]
+        parts = ray.get(refs)
+        meta = {"backend": "verl", "parts": len(parts)}
+        return store.commit_parts(global_step, parts, meta)
+
+
+def upload_part(
+    uri: str, endpoint_url: str | None, step: int, checkpoint_dir: str
+) -> tuple[FileEntry, ...]:
+    """One node's part of checkpoint ``step`` (runs as a Ray task pinned to that node; the
+    store's credentials come from the pod's environment, which the raylet passes on)."""
+    from sarl.storage import open_store
+
+    store = open_store(uri, endpoint_url=endpoint_url)
+    return store.save_part(step, Path(checkpoint_dir))
 
 
 def _select(config: Any, path: tuple[str, ...]) -> Mapping[str, Any] | None:

@@ -1,6 +1,7 @@
 """Resume a cluster training job from the newest complete checkpoint in the store.
 
-Called at start-up by :mod:`sarl_jobs.verl_trainer` (on the driver, rank 0) and
+Called at start-up by :mod:`sarl_jobs.verl_trainer` (on the driver, rank 0; in multi-node jobs
+on every node, before it joins Ray, since each rank loads its shards from its own disk) and
 :mod:`sarl_jobs.trl_trainer` (local rank 0 of every node). A PyTorchJob pod that restarts (node
 lost, preempted, OOM-killed) or an Experiment that is re-created with the same
 ``storage.checkpoint_uri`` comes back with an empty local disk; the store is what survived. The
@@ -79,11 +80,22 @@ def local_trl_checkpoint(output_dir: Path) -> Path | None:
     return output_dir / f"checkpoint-{step}" if step is not None else None
 
 
-def restore_verl(settings: StoreSettings, checkpoint_dir: Path) -> int | None:
+def restore_verl(
+    settings: StoreSettings, checkpoint_dir: Path, *, local_wins: bool = True
+) -> int | None:
     """Download the store's newest checkpoint for verl's ``resume_mode=auto``; returns the step
-    verl will resume from (None: from scratch)."""
-    local = _local_verl_step(checkpoint_dir)
+    verl will resume from (None: from scratch).
+
+    ``local_wins=False`` (multi-node jobs, called on every node): the store is the only complete
+    copy — a node's own disk holds at most its ranks' shards, and the tracker only where the
+    driver ran — so the store's checkpoint is always downloaded, whole, and without one any
+    local tracker is removed (verl then starts from scratch on every node alike).
+    """
+    local = _local_verl_step(checkpoint_dir) if local_wins else None
     remote = _latest_remote(settings)
+    if not local_wins and remote is None:
+        (checkpoint_dir / VERL_TRACKER).unlink(missing_ok=True)
+        return None
     if remote is None or (local is not None and local >= remote[0]):
         if local is not None:
             logger.info("resuming verl from local step %d in %s", local, checkpoint_dir)

@@ -129,8 +129,8 @@ def main(cfg_path: str | Path) -> None:
 def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None:
     """One training process (started by the launcher): build the trainer and train.
 
-    ``output_dir`` defaults to ``$TMPDIR/sarl-trl`` (``/tmp/sarl-trl`` in a pod): the container's
-    own disk, which a restarted container does not keep — the store is what survives."""
+    ``output_dir`` defaults to ``$TMPDIR/sarl-trl`` (``/scratch/sarl-trl`` in an operator pod:
+    its scratch volume, which a re-created pod does not keep) — the store is what survives."""
     output_dir = Path(output_dir) if output_dir else Path(tempfile.gettempdir()) / "sarl-trl"
     from accelerate import PartialState
     from datasets import Dataset

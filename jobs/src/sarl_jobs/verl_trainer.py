@@ -14,14 +14,20 @@ extra (``pip install -e jobs[verl]``) and GPUs. ``--dry-run`` prints this pod's 
   verl parquet files, builds the built-in model if the spec names it, composes verl's
   ``ppo_trainer.yaml`` with :func:`sarl.integrations.verl.config.verl_overrides` and runs verl's
   ``main_ppo.main`` (the driver).
-* Other nodes join with ``ray start --address=$MASTER_ADDR:6379 --block`` and live as long as the
-  head; when the driver ends the head stops and the workers exit.
-* Resume: before the driver starts, :func:`sarl_jobs.resume.restore_verl` puts the store's
-  newest complete checkpoint into ``trainer.default_local_dir`` (verl resumes from it), so a
-  restarted pod or a re-created Experiment continues where the last upload left off.
+* Other nodes join with ``ray start --address=$MASTER_ADDR:6379 --block``. When the driver has
+  finished, the head leaves a marker file (:data:`DONE_MARKER` in the workdir) on every node
+  before it stops Ray; a worker exits 0 only when it finds that marker. When its Ray node ends
+  without it (the head was lost or restarted, the raylet died, joining failed) the worker exits
+  1 (:class:`RayNodeLost`), so ``restartPolicy: OnFailure`` restarts it and it joins the new
+  head, which waits for all ``PET_NNODES`` nodes again.
+* Resume: before the driver starts (multi-node: on every node, before it joins Ray),
+  :func:`sarl_jobs.resume.restore_verl` puts the store's newest complete checkpoint into
+  ``trainer.default_local_dir`` (verl resumes from it), so a restarted pod or a re-created
+  Experiment continues where the last upload left off.
 * Checkpoints: verl saves every ``storage.every_n_steps`` under ``trainer.default_local_dir``;
   :class:`sarl_jobs.checkpoints.StoreCheckpointCallback` (verl's post-save hook) pushes each one
-  to ``storage.checkpoint_uri`` with :func:`sarl.storage.open_store` and prunes to ``keep_last``.
+  to ``storage.checkpoint_uri`` with :func:`sarl.storage.open_store` (multi-node: every node's
+  part, under one manifest) and prunes to ``keep_last``.
 * Tracking: ``MLFLOW_TRACKING_URI`` (or ``tracking.mlflow_uri``) and ``MLFLOW_RUN_ID`` (set by the
   operator to resume a run) reach verl's MLflow logger.
 """
@@ -48,7 +54,10 @@ from sarl_jobs.resume import StoreSettings, restore_verl
 
 logger = logging.getLogger(__name__)
 _NODE_WAIT_S = 600.0
-#: ``$TMPDIR/sarl-verl`` (``/tmp/sarl-verl`` in a pod): data, built model, local checkpoints.
+#: Left in the workdir of every node by the head once the driver succeeded (see the docstring).
+DONE_MARKER: Final = "ray-job-finished"
+#: ``$TMPDIR/sarl-verl`` (``/scratch/sarl-verl`` in an operator pod, on its scratch volume):
+#: data, built model, local checkpoints.
 DEFAULT_WORKDIR: Final = str(Path(tempfile.gettempdir()) / "sarl-verl")
 #: Shown in a dry-run plan where the built-in model's directory will be (built at start).
 BUILTIN_MODEL_PLACEHOLDER: Final = "<built-in model, built at start under {root}/cache>"
@@ -113,20 +122,73 @@ def main(cfg_path: str | Path, *, workdir: str | Path = DEFAULT_WORKDIR) -> None
     steps = plan(exp, os.environ, workdir=workdir)
     env = ClusterEnv.from_env(os.environ)
     ray = steps["ray"]
+    root = Path(workdir)
     if not env.is_head:
-        # Blocks until the head goes away; a non-zero exit then is the normal end of the job.
-        done = subprocess.run(ray["start"], check=False)
-        logger.info("Ray worker on node %d exited with %d", env.node_rank, done.returncode)
+        # This node's ranks load their shards from this pod's disk: the whole checkpoint first.
+        restore_verl(StoreSettings.resolve(exp, os.environ), root / "checkpoints", local_wins=False)
+        run_worker(ray["start"], root / DONE_MARKER, node_rank=env.node_rank)
         return
     if ray is None:  # one node: verl's run_ppo starts a local Ray itself
-        _drive(exp, env, Path(workdir))
+        _drive(exp, env, root)
         return
     subprocess.run(ray["start"], check=True)
     try:
         _wait_for_nodes(env.nnodes)
-        _drive(exp, env, Path(workdir))
+        _drive(exp, env, root)
+        _release_workers(root / DONE_MARKER)
     finally:
         subprocess.run(["ray", "stop"], check=False)  # lets the workers' `ray start --block` end
+
+
+class RayNodeLost(RuntimeError):
+    """A worker's Ray node ended before the head finished the job."""
+
+
+def run_worker(command: list[str], done: Path, *, node_rank: int, poll_s: float = 1.0) -> None:
+    """Run ``command`` (``ray start --block``) until the head leaves ``done`` (return) or the
+    Ray node ends without it (:class:`RayNodeLost`: the pod must exit non-zero to be
+    restarted)."""
+    done.parent.mkdir(parents=True, exist_ok=True)
+    done.unlink(missing_ok=True)  # an earlier container's, where the workdir is a volume
+    proc = subprocess.Popen(command)
+    try:
+        while (code := proc.poll()) is None and not done.exists():
+            time.sleep(poll_s)
+    finally:
+        if proc.poll() is None:  # finished: the container's end takes the raylet with it
+            proc.terminate()
+            proc.wait()
+    if done.exists():
+        logger.info("Ray worker on node %d: the head finished the job", node_rank)
+        return
+    raise RayNodeLost(
+        f"Ray node {node_rank}: `{' '.join(command[:2])}` exited with {code} before the head "
+        "finished the job (head lost or restarted, or the raylet died); exiting 1 so the "
+        "PyTorchJob restarts this pod and it joins the head again"
+    )
+
+
+def _release_workers(done: Path) -> None:
+    """Leave ``done`` on every live Ray node (best effort: a worker that misses it exits 1
+    after the job has already succeeded, which no longer matters)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ray.init(address="auto", ignore_reinit_error=True)
+    try:
+        touch = ray.remote(num_cpus=0, max_retries=0)(_touch)
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        strategies = [NodeAffinitySchedulingStrategy(node, soft=False) for node in nodes]
+        ray.get([touch.options(scheduling_strategy=s).remote(str(done)) for s in strategies])
+    except Exception as e:  # a worker that saw its marker may already be gone
+        logger.warning("not every Ray worker got the end-of-job marker: %s", e)
+    finally:
+        ray.shutdown()
+
+
+def _touch(path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).touch()
 
 
 def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
@@ -136,7 +198,7 @@ def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
     train_files, val_files = write_parquet(exp, root / "data")
     store = StoreSettings.resolve(exp, os.environ)
     checkpoint_dir = root / "checkpoints"
-    restore_verl(store, checkpoint_dir)
+    restore_verl(store, checkpoint_dir, local_wins=env.nnodes == 1)
     overrides = verl_overrides(
         exp,
         train_files=str(train_files),
@@ -211,11 +273,15 @@ def _cli(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = config_of(parser, args)
     logging.basicConfig(level=logging.INFO)
-    return plan_or_run(
-        args.dry_run,
-        lambda: plan(load_experiment(Path(config)), os.environ, workdir=args.workdir),
-        lambda: main(config, workdir=args.workdir),
-    )
+    try:
+        return plan_or_run(
+            args.dry_run,
+            lambda: plan(load_experiment(Path(config)), os.environ, workdir=args.workdir),
+            lambda: main(config, workdir=args.workdir),
+        )
+    except RayNodeLost as e:  # expected on a lost head: one line, exit 1 (OnFailure restarts)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

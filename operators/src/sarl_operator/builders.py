@@ -13,6 +13,8 @@ Children of an Experiment ``<name>`` in its namespace:
 * InferenceService ``<name>-embedding``, only when a reward uses an ``openai`` embedder whose
   ``url`` is empty (the rule: empty → the operator serves the model named in ``embedder.model``
   with vLLM on KServe's Hugging Face runtime; non-empty → that existing service is used as is).
+  Every InferenceService carries ``spec.serving.deployment_mode`` as KServe's
+  ``serving.kserve.io/deploymentMode`` annotation (:mod:`sarl_operator.knative`).
 * InferenceService ``<name>-judge``, only when a chat endpoint of a reward (``structured_qa``'s
   ``judge_client`` with ``judge`` on, ``rlkd``'s ``decomposer``/``judge``) names a ``model`` but
   no ``url``: the operator serves that model with vLLM (OpenAI chat) and the endpoint's URL is
@@ -41,7 +43,9 @@ from sarl.integrations.cluster import (
     fill_chat_urls,
     served_embedders,
 )
-from sarl.spec.experiment import Experiment, ResourcesSpec, ServedModelSpec
+from sarl.spec.experiment import GPU_RESOURCE as DEFAULT_GPU_RESOURCE
+from sarl.spec.experiment import Experiment, ResourcesSpec, SecretKeyRef, ServedModelSpec
+from sarl_operator import knative
 
 CONFIG_DIR: Final = "/etc/sarl"
 CONFIG_FILE: Final = "experiment.yaml"
@@ -50,7 +54,18 @@ TRAINER_MODULES: Final[Mapping[str, str]] = {
     "verl": "sarl_jobs.verl_trainer",
     "trl": "sarl_jobs.trl_trainer",
 }
-GPU_RESOURCE: Final = "nvidia.com/gpu"
+#: The default of ``spec.resources.gpu_resource``.
+GPU_RESOURCE: Final = DEFAULT_GPU_RESOURCE
+#: Where every job pod's scratch volume (checkpoints, caches, temporary files) is mounted; the
+#: jobs find it through TMPDIR (:func:`scratch_env`). Not /tmp itself: the image's /tmp stays
+#: the container's, as programs that hard-code it expect.
+SCRATCH_DIR: Final = "/scratch"
+SCRATCH_VOLUME: Final = "scratch"
+HF_TOKEN_ENV: Final = "HF_TOKEN"
+#: Pod template annotations of the trainer, evaluation and report pods. Istio's sidecar never
+#: exits, so a job pod with one never completes: Kubeflow documents this annotation for Training
+#: Operator jobs in Istio-injected namespaces (kubeflow.org/docs/components/training/pytorch/).
+JOB_POD_ANNOTATIONS: Final[Mapping[str, str]] = {"sidecar.istio.io/inject": "false"}
 #: PyTorchJob restarts before it is Failed; each restart resumes from the last checkpoint.
 RESTARTS: Final = 3
 EXPERIMENT_LABEL: Final = "sarl.dev/experiment"
@@ -158,8 +173,7 @@ def _served_embedders(exp: Experiment) -> list[tuple[int, str]]:
 def embedding_url(exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> str:
     """Cluster-local base URL of ``<name>-embedding`` (KServe serves OpenAI routes under
     ``/openai``; a RawDeployment predictor's Service is ``<isvc>-predictor``)."""
-    host = f"{embedding_name(exp)}-predictor.{namespace}.svc.{platform.cluster_domain}"
-    return f"http://{host}/openai"
+    return predictor_url(embedding_name(exp), namespace, platform)
 
 
 def judge_url(exp_name: str, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> str:
@@ -265,42 +279,100 @@ def job_env(
             ("AWS_SECRET_ACCESS_KEY", platform.s3_secret_access_key_key),
         ):
             env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    # The trainer downloads the policy and the evaluation its tokenizer: gated models need it.
+    env += hf_token_env(exp.spec.resources.hf_token)
     return env
+
+
+def hf_token_env(ref: SecretKeyRef | None) -> list[dict[str, Any]]:
+    """``HF_TOKEN`` from the Secret key ``ref`` (huggingface_hub reads it for every download),
+    or nothing."""
+    if ref is None:
+        return []
+    key_ref = {"name": ref.secret_name, "key": ref.key}
+    return [{"name": HF_TOKEN_ENV, "valueFrom": {"secretKeyRef": key_ref}}]
+
+
+def scratch_env() -> list[dict[str, Any]]:
+    """Environment that puts every pod's temporary files and caches on the scratch volume
+    mounted at :data:`SCRATCH_DIR`: TMPDIR (the jobs' work directories, local checkpoints and
+    Ray's session files derive from it; set because an image may point it elsewhere), HF_HOME
+    (downloaded models and datasets) and XDG_CACHE_HOME (vLLM's and other libraries' caches)."""
+    return [
+        {"name": "TMPDIR", "value": SCRATCH_DIR},
+        {"name": "HF_HOME", "value": f"{SCRATCH_DIR}/huggingface"},
+        {"name": "XDG_CACHE_HOME", "value": f"{SCRATCH_DIR}/cache"},
+    ]
+
+
+def pod_resources(
+    exp: Experiment, cpu: str, memory: str, scratch: str, gpus: int
+) -> dict[str, Any]:
+    """Container resources with requests equal to limits (Guaranteed QoS: evicted last): cpu,
+    memory, ``gpus`` of ``spec.resources.gpu_resource`` and, unless the scratch volume is a
+    claim, ``scratch`` of ephemeral-storage (the scheduler then picks a node with that much
+    free disk, and the kubelet evicts the pod rather than fill the node's disk)."""
+    res = exp.spec.resources
+    amounts = {"cpu": cpu, "memory": memory}
+    if not res.scratch_claim:
+        amounts["ephemeral-storage"] = scratch
+    if gpus:
+        amounts[res.gpu_resource] = str(gpus)  # quantities are strings
+    return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
 def _resources(exp: Experiment) -> dict[str, Any]:
     res = exp.spec.resources
-    amounts: dict[str, Any] = {}
-    if res.cpu:
-        amounts["cpu"] = res.cpu
-    if res.memory:
-        amounts["memory"] = res.memory
-    limits = dict(amounts)
-    if res.gpus_per_node:
-        limits[GPU_RESOURCE] = str(res.gpus_per_node)  # quantities are strings
-    out: dict[str, Any] = {"limits": limits}
-    if amounts:
-        out["requests"] = amounts
-    return out
+    return pod_resources(exp, res.cpu, res.memory, res.scratch_size, res.gpus_per_node)
 
 
-def job_pod(exp: Experiment, container: dict[str, Any]) -> dict[str, Any]:
-    """Pod spec around ``container`` for the Experiment's jobs (training and evaluation): the
-    config volume, a memory-backed /dev/shm, and the spec's node selector and tolerations."""
+def _scratch(exp: Experiment, size: str) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+    """The scratch volume, its mount at :data:`SCRATCH_DIR` and the environment it needs: an
+    emptyDir of ``size``, or ``spec.resources.scratch_claim`` with one sub-directory per pod
+    (``subPathExpr``: replicas must not share Ray's sockets and work directories)."""
+    claim = exp.spec.resources.scratch_claim
+    mount: dict[str, Any] = {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}
+    if not claim:
+        volume = {"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": size}}
+        return volume, mount, []
+    volume = {"name": SCRATCH_VOLUME, "persistentVolumeClaim": {"claimName": claim}}
+    mount["subPathExpr"] = "$(POD_NAME)"  # expanded by the kubelet from the container's env
+    env = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    return volume, mount, env
+
+
+def job_pod(
+    exp: Experiment, container: dict[str, Any], scratch_size: str | None = None
+) -> dict[str, Any]:
+    """Pod spec around ``container`` for the Experiment's jobs (training, evaluation, a Study's
+    report): the config volume, a memory-backed /dev/shm, the scratch volume at /scratch
+    (``scratch_size``, default ``spec.resources.scratch_size``; the container's resources
+    should request as much ephemeral-storage, :func:`pod_resources`), and the spec's node
+    selector, tolerations, service account and image pull secrets."""
     res = exp.spec.resources
+    volume, scratch_mount, scratch_vars = _scratch(exp, scratch_size or res.scratch_size)
     mounts = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
+        scratch_mount,
     ]
+    env = [*container.get("env", []), *scratch_vars, *scratch_env()]
     pod: dict[str, Any] = {
-        "containers": [{**container, "volumeMounts": mounts}],
+        "containers": [{**container, "env": env, "volumeMounts": mounts}],
         "volumes": [
             {"name": "config", "configMap": {"name": config_name(exp)}},
             # NCCL, Ray and vLLM's workers need more shared memory than the container default
             # of 64 MiB.
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            # Checkpoints and caches (~60 GB per Qwen3-4B checkpoint) must not fill the
+            # container's writable layer, which has no size limit and shares the node's disk.
+            volume,
         ],
     }
+    if res.service_account:
+        pod["serviceAccountName"] = res.service_account
+    if res.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in res.image_pull_secrets]
     if res.node_selector:
         pod["nodeSelector"] = dict(res.node_selector)
     if res.tolerations:
@@ -320,10 +392,11 @@ def _replica(
         "resources": _resources(exp),
     }
     pod = job_pod(exp, container)
+    metadata = {"labels": labels(exp, "trainer"), "annotations": dict(JOB_POD_ANNOTATIONS)}
     return {
         "replicas": replicas,
         "restartPolicy": "OnFailure",
-        "template": {"metadata": {"labels": labels(exp, "trainer")}, "spec": pod},
+        "template": {"metadata": metadata, "spec": pod},
     }
 
 
@@ -350,7 +423,10 @@ def pytorchjob(
             "nprocPerNode": str(max(res.gpus_per_node, 1)),
             # A lost or preempted pod restarts and resumes from the last checkpoint in the store
             # (sarl_jobs.resume); a run that keeps failing stops after RESTARTS retries.
-            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": RESTARTS},
+            # Running: once the job has finished (Succeeded, or Failed past the backoff limit)
+            # the Training Operator deletes its Running and Pending pods, so a failed job frees
+            # its GPUs; ended pods stay for their logs. None (the default) keeps them all.
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": RESTARTS},
             "pytorchReplicaSpecs": replicas,
         },
     }
@@ -370,7 +446,8 @@ def _vllm_isvc(
     appends these args to the runtime's ``--model_name={{.Name}}`` (the later flag wins), so
     cpu, memory and GPUs are all written here; tests/operators/kserve_merge.py checks the result.
     """
-    amounts = {"cpu": served.cpu, "memory": served.memory, GPU_RESOURCE: str(served.gpus)}
+    gpu = served.gpu_resource or res.gpu_resource
+    amounts = {"cpu": served.cpu, "memory": served.memory, gpu: str(served.gpus)}
     args = [
         f"--model_name={model_name}",
         f"--model_id={model_id}",
@@ -388,6 +465,17 @@ def _vllm_isvc(
             "resources": {"requests": dict(amounts), "limits": dict(amounts)},
         },
     }
+    # A gated model: the runtime downloads it with huggingface_hub, which reads HF_TOKEN.
+    token = hf_token_env(served.hf_token or res.hf_token)
+    if token:
+        predictor["model"]["env"] = token
+    # PredictorSpec inlines a PodSpec (KServe's predictor.go): pod fields sit on the predictor.
+    service_account = served.service_account or res.service_account
+    if service_account:
+        predictor["serviceAccountName"] = service_account
+    pull_secrets = served.image_pull_secrets or res.image_pull_secrets
+    if pull_secrets:
+        predictor["imagePullSecrets"] = [{"name": name} for name in pull_secrets]
     # Empty: the training pods' placement (ServedModelSpec.node_selector documents this).
     node_selector = served.node_selector or res.node_selector
     tolerations = served.tolerations or res.tolerations
@@ -409,9 +497,10 @@ def _embedding_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str,
     # vLLM serves embeddings only as a pooling model (vLLM >= 0.10.1, KServe >= 0.17: older
     # runtimes drop the unknown flag and load the model as a generator).
     served = exp.spec.serving.embedding
-    return _vllm_isvc(
+    isvc = _vllm_isvc(
         metadata, _EMBEDDING_MODEL_NAME, model_id, served, exp.spec.resources, ["--runner=pooling"]
     )
+    return _with_deployment_mode(exp, isvc, "embedding")
 
 
 def _judge_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any]:
@@ -419,7 +508,23 @@ def _judge_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any
     metadata["labels"]["sarl.dev/judge-backend"] = "vllm"
     # Generation is the runtime's default task; the judge is called on /openai/v1/chat/completions.
     served = exp.spec.serving.judge
-    return _vllm_isvc(metadata, _JUDGE_MODEL_NAME, model_id, served, exp.spec.resources, [])
+    isvc = _vllm_isvc(metadata, _JUDGE_MODEL_NAME, model_id, served, exp.spec.resources, [])
+    return _with_deployment_mode(exp, isvc, "judge")
+
+
+def _with_deployment_mode(exp: Experiment, isvc: dict[str, Any], served: str) -> dict[str, Any]:
+    """``isvc`` with ``spec.serving.deployment_mode`` written as KServe's annotation, always:
+    KServe's own default is Serverless, where Knative refuses the node selector and tolerations
+    the predictor inherits from training (ValueError naming the flag, :mod:`knative`)."""
+    serving = exp.spec.serving
+    where = f"spec.serving.{served}"
+    spec_fields = {
+        "nodeSelector": f"{where}.node_selector (or spec.resources.node_selector)",
+        "tolerations": f"{where}.tolerations (or spec.resources.tolerations)",
+    }
+    return knative.set_deployment_mode(
+        isvc, serving.deployment_mode, serving.knative_features, spec_fields
+    )
 
 
 def _one_model(served: list[tuple[str, str]], where: str, noun: str) -> str | None:
@@ -432,15 +537,42 @@ def _one_model(served: list[tuple[str, str]], where: str, noun: str) -> str | No
     return models[0] if models else None
 
 
+def embedding_service(exp: Experiment, namespace: str) -> dict[str, Any] | None:
+    """InferenceService ``<name>-embedding`` for the embedders the operator serves (None: every
+    embedder has a URL). A Study builds its shared embedding service from this one."""
+    embedders = [(f"spec.reward[{i}]", model) for i, model in _served_embedders(exp)]
+    embedding_model = _one_model(embedders, "spec.reward", "embedding")
+    if embedding_model is None:
+        return None
+    return _embedding_isvc(exp, namespace, embedding_model)
+
+
+def predictor_url(isvc_name: str, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> str:
+    """Cluster-local base URL of InferenceService ``isvc_name``'s OpenAI routes (as
+    :func:`embedding_url`)."""
+    return f"http://{isvc_name}-predictor.{namespace}.svc.{platform.cluster_domain}/openai"
+
+
+def point_embedders(exp: Experiment, url: str) -> dict[str, Any]:
+    """``exp.spec`` as JSON in which each embedder the operator would serve (empty url) calls
+    ``url`` instead, by the served model's name: an Experiment of a Study that serves one
+    embedding model for all its runs (a non-empty url: the Experiment serves nothing itself)."""
+    spec = exp.spec.model_dump(mode="json")
+    for index, _ in _served_embedders(exp):
+        emb = spec["reward"][index]["settings"]["embedder"]
+        emb["url"] = url
+        emb["model"] = _EMBEDDING_MODEL_NAME
+    return spec
+
+
 def inference_services(
     exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM
 ) -> list[dict[str, Any]]:
     """The InferenceServices the rewards need: at most one embedding and one judge ISVC."""
     out: list[dict[str, Any]] = []
-    embedders = [(f"spec.reward[{i}]", model) for i, model in _served_embedders(exp)]
-    embedding_model = _one_model(embedders, "spec.reward", "embedding")
-    if embedding_model is not None:
-        out.append(_embedding_isvc(exp, namespace, embedding_model))
+    embedding = embedding_service(exp, namespace)
+    if embedding is not None:
+        out.append(embedding)
     judges = served_judges(exp, namespace, platform)
     judge_model = _one_model(judges, ", ".join(p for p, _ in judges), "judge")
     if judge_model is not None:

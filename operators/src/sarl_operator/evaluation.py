@@ -40,21 +40,25 @@ def eval_job(
     tracking_uri: str,
     platform: builders.Platform = builders.DEFAULT_PLATFORM,
 ) -> dict[str, Any]:
-    """Job ``<name>-eval``: one pod, 1 GPU when the trainer has GPUs, no retries (a failed
-    evaluation is reported as ``Evaluated=False``, and re-running it means deleting the Job)."""
+    """Job ``<name>-eval``: one pod, 1 GPU (``spec.resources.gpu_resource``) when the trainer
+    has GPUs, cpu, memory and scratch disk from ``spec.resources.evaluation``, no retries (a
+    failed evaluation is reported as ``Evaluated=False``, and re-running it means deleting the
+    Job)."""
     env = builders.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
-    res = exp.spec.resources
-    limits = {builders.GPU_RESOURCE: "1"} if res.gpus_per_node > 0 else {}
+    pod_res = exp.spec.resources.evaluation
+    gpus = 1 if exp.spec.resources.gpus_per_node > 0 else 0
+    resources = builders.pod_resources(exp, pod_res.cpu, pod_res.memory, pod_res.scratch_size, gpus)
     config_path = f"{builders.CONFIG_DIR}/{builders.CONFIG_FILE}"
     container = {
         "name": "evaluate",
         "image": image,
         "command": ["python", "-m", EVAL_MODULE],
-        "args": ["--config", config_path],
+        # The checkpoint and its benchmark outputs go to the scratch volume, not the image's /tmp.
+        "args": ["--config", config_path, "--workdir", f"{builders.SCRATCH_DIR}/sarl-eval"],
         "env": env,
-        "resources": {"limits": limits},
+        "resources": resources,
     }
-    pod = {"restartPolicy": "Never", **builders.job_pod(exp, container)}
+    pod = {"restartPolicy": "Never", **builders.job_pod(exp, container, pod_res.scratch_size)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -62,7 +66,10 @@ def eval_job(
         "spec": {
             "backoffLimit": 0,
             "template": {
-                "metadata": {"labels": builders.labels(exp, "evaluation")},
+                "metadata": {
+                    "labels": builders.labels(exp, "evaluation"),
+                    "annotations": dict(builders.JOB_POD_ANNOTATIONS),
+                },
                 "spec": pod,
             },
         },

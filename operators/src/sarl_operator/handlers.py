@@ -22,6 +22,11 @@ create/resume/update of the spec, :func:`reconcile`:
    serve (Training Operator or KServe not installed) ends Failed once, naming what to install;
 5. patches the status when it changed, with an Event per phase or condition transition.
 
+Served models are released (``spec.serving.release``, default ``on_completion``): once training
+Failed, or Succeeded and its evaluation Job (if any) ended, :func:`refresh_status` deletes the
+Experiment's InferenceServices (``InferenceReady=False``, reason ``Released``) and reconcile no
+longer applies them (:func:`released`); a run whose job is gone again gets them back.
+
 A timer (every ``SARL_STATUS_INTERVAL_S`` s, default 30) runs :func:`refresh_status`: phase and
 conditions from the training job, lastStep/lastReward from the MLflow run (a failed read keeps
 the last values), and, once training Succeeded with cluster benchmarks in the spec, the
@@ -56,12 +61,14 @@ from sarl_operator.kube import (
 )
 from sarl_operator.status import (
     OPERATOR_CONDITIONS,
+    RELEASED,
     condition,
     desired_status,
     eval_condition,
     failed_status,
     isvc_ready,
     job_phase,
+    run_ended,
     status_patch,
 )
 from sarl_operator.tracking import MlflowTracking, Progress, RunRef, TrackingError, run_url
@@ -210,7 +217,8 @@ def _patch_status(
     before = {c.get("type"): c.get("status") for c in current.get("conditions") or []}
     for cond in changes.get("conditions") or []:
         if cond["type"] in watched and before.get(cond["type"]) != cond["status"]:
-            kind = "Warning" if cond["status"] == "False" else "Normal"
+            warn = cond["status"] == "False" and cond.get("reason") != RELEASED
+            kind = "Warning" if warn else "Normal"
             message = f"{cond['type']}={cond['status']}: {cond.get('message', '')}".rstrip(": ")
             post_event(body, kind, str(cond.get("reason") or cond["type"]), message)
 
@@ -309,9 +317,13 @@ def reconcile(
         own.append(storage)
         if storage["status"] == "False":
             raise wait(storage, storage["message"])
+        current = api.get(job["apiVersion"], job["kind"], namespace, job["metadata"]["name"])
+        if released(api, exp, namespace, current if controlled_by(current, meta["uid"]) else None):
+            # Released by refresh_status: a resume or spec update must not serve them again.
+            # A run whose job is gone (deleted to run again) has not ended: it gets them back.
+            services = [c for c in services if c["kind"] != "InferenceService"]
         for child in services:
             _apply(api, child, meta, body, post_event)
-        current = api.get(job["apiVersion"], job["kind"], namespace, job["metadata"]["name"])
         inference = inference_condition(api, services, meta["uid"])
         if inference is not None:
             own.append(inference)
@@ -411,6 +423,47 @@ def inference_condition(
     )
 
 
+def released(api: KubeApi, exp: Experiment, namespace: str, job: Mapping[str, Any] | None) -> bool:
+    """Whether the served models are to be gone: ``spec.serving.release`` is on_completion and
+    the run ended (:func:`~sarl_operator.status.run_ended`; ``job``: the training job if ours)."""
+    if exp.spec.serving.release != "on_completion":
+        return False
+    evaluated = None
+    if job_phase(job) == "Succeeded" and evaluation.cluster_benchmarks(exp):
+        evaluated = eval_condition(api.get("batch/v1", "Job", namespace, evaluation.eval_name(exp)))
+    return run_ended(job, evaluated)
+
+
+def release_inference(
+    body: Mapping[str, Any],
+    api: KubeApi,
+    exp: Experiment,
+    settings: Settings,
+    post_event: PostEvent,
+) -> dict[str, Any] | None:
+    """Delete the run's InferenceServices (those this Experiment controls) and return
+    ``InferenceReady=False`` (:data:`RELEASED`) naming them; None when it serves none."""
+    meta = body["metadata"]
+    try:
+        services = builders.inference_services(exp, meta["namespace"], settings.platform)
+    except ValueError:
+        return None  # an invalid spec: reported Failed by reconcile, nothing was served
+    if not services:
+        return None
+    for isvc in services:
+        name = isvc["metadata"]["name"]
+        current = api.get(isvc["apiVersion"], isvc["kind"], meta["namespace"], name)
+        if controlled_by(current, meta["uid"]) and api.delete(
+            isvc["apiVersion"], isvc["kind"], meta["namespace"], name
+        ):
+            post_event(body, "Normal", RELEASED, f"deleted InferenceService {name}")
+    names = ", ".join(c["metadata"]["name"] for c in services)
+    message = (
+        f"deleted {names}: training and evaluation ended (spec.serving.release: on_completion)"
+    )
+    return condition("InferenceReady", "False", RELEASED, message)
+
+
 def _evaluation(
     body: Mapping[str, Any], api: KubeApi, exp: Experiment, settings: Settings, run_id: str
 ) -> dict[str, Any]:
@@ -467,8 +520,14 @@ def refresh_status(
     if not controlled_by(job, meta["uid"]):
         job = None  # another owner's job of the same name: its phase is not ours
     own = list(conditions)
+    evaluated = None
     if job_phase(job) == "Succeeded" and evaluation.cluster_benchmarks(exp):
-        own.append(_evaluation(body, api, exp, settings, str(run_id or "")))
+        evaluated = _evaluation(body, api, exp, settings, str(run_id or ""))
+        own.append(evaluated)
+    if exp.spec.serving.release == "on_completion" and run_ended(job, evaluated):
+        release = release_inference(body, api, exp, settings, post_event)
+        if release is not None:
+            own = [*(c for c in own if c["type"] != "InferenceReady"), release]
     desired = desired_status(
         job,
         generation=meta.get("generation"),

@@ -53,7 +53,8 @@ def controlled_by(obj: Mapping[str, Any] | None, owner_uid: str) -> bool:
 
 
 class KubeApi(Protocol):
-    """Get, create and merge-patch namespaced objects (implemented by :class:`DynamicKubeApi`)."""
+    """Get, create, merge-patch and delete namespaced objects (implemented by
+    :class:`DynamicKubeApi`)."""
 
     def get(
         self, api_version: str, kind: str, namespace: str, name: str
@@ -62,6 +63,8 @@ class KubeApi(Protocol):
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
 
     def patch(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool: ...
 
 
 class DynamicKubeApi:
@@ -135,6 +138,23 @@ class DynamicKubeApi:
             _request_timeout=self._timeout_s,
         )
         return dict(out.to_dict())
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """Delete the object (background propagation); False when it was already gone."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._resource(api_version, kind).delete(
+                name=name,
+                namespace=namespace,
+                body={"propagationPolicy": "Background"},
+                _request_timeout=self._timeout_s,
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
 
 
 def apply(api: KubeApi, obj: Mapping[str, Any]) -> str:

@@ -10,8 +10,10 @@ Conditions come from two writers: the training job's own conditions are copied a
 ``TrackingReady`` for the MLflow run, ``StorageReady`` for the S3 credentials Secret in the
 Experiment's namespace, ``InferenceReady`` for the InferenceServices training waits for,
 ``ChildrenReady`` for a child name taken by an object that is not this Experiment's, and
-``Evaluated`` for the evaluation Job). A writer that does not recompute one of the operator's
-conditions carries the current one over, so the timer does not erase what reconcile reported.
+``Evaluated`` for the evaluation Job). ``InferenceReady`` turns False with reason
+:data:`RELEASED` once the run ended (:func:`run_ended`) and its InferenceServices were
+deleted. A writer that does not recompute one of the operator's conditions carries the current
+one over, so the timer does not erase what reconcile reported.
 """
 
 from __future__ import annotations
@@ -100,6 +102,24 @@ def isvc_ready(isvc: Mapping[str, Any] | None) -> tuple[bool, str]:
     if ready.get("status") == "True":
         return True, ""
     return False, str(ready.get("message") or ready.get("reason") or "Ready is not True")
+
+
+#: Reason of ``InferenceReady=False`` once the operator deleted the served models on purpose
+#: (``spec.serving.release``): an expected transition, reported as a Normal Event.
+RELEASED: Final = "Released"
+
+
+def run_ended(job: Mapping[str, Any] | None, evaluated: Mapping[str, Any] | None) -> bool:
+    """Whether the run needs its served models no more: training Failed, or Succeeded with its
+    evaluation over for good (``evaluated``: the ``Evaluated`` condition, None when the run has
+    no evaluation Job; True or False, the Job completed or exhausted its retries). A missing
+    or still-running job has not ended."""
+    phase = job_phase(job)
+    if phase == "Failed":
+        return True
+    if phase != "Succeeded":
+        return False
+    return evaluated is None or evaluated.get("status") in ("True", "False")
 
 
 def failed_status(

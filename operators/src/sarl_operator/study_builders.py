@@ -8,6 +8,10 @@ environment. Children of a Study ``<study>`` in its namespace, each owned by the
 * one Experiment per arm x seed, exactly as :meth:`sarl.spec.study.Study.runs` expands them
   (name ``<study>-<arm>-s<seed>``, labels ``sarl.dev/study|arm|seed``, MLflow tags incl.
   ``mlflow.parentRunId``): the operator's Experiment handlers then run each like any other;
+* InferenceService ``<study>-emb-<hash>`` per distinct served embedding model (model id and
+  serving spec, :func:`shared_models`) instead of one ``<run>-embedding`` per run: the runs'
+  embedders are given its URL (a non-empty url, so their Experiments serve nothing); created
+  before the first run that calls it, deleted once no unfinished run calls it (:func:`needed`);
 * ConfigMap ``<study>-config``: ``study.yaml``, the validated Study (mounted by the report Job);
 * Job ``<study>-report`` once every run has finished: ``sarl study report`` in the trainer image,
   with the evaluation Job's pod builder and environment (``MLFLOW_RUN_ID`` = the parent run).
@@ -21,12 +25,15 @@ Which Experiments exist at once is decided by :func:`to_create` from the observe
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import yaml
 
+from sarl.integrations.cluster import MAX_NAME, PREDICTOR_SUFFIX
 from sarl.spec.experiment import API_VERSION, KIND, Experiment, Metadata
 from sarl.spec.secrets import redact
 from sarl.spec.study import LABEL_STUDY, Study, StudyRun
@@ -34,12 +41,18 @@ from sarl_operator import builders, evaluation
 from sarl_operator.kube import controlled_by
 
 STUDY_KIND: Final = "Study"
+#: A shared embedding service is ``<study>-emb-<8 hex digits>`` (:func:`shared_name`).
+SHARED_EMBEDDING_INFIX: Final = "-emb-"
 STUDY_FILE: Final = "study.yaml"
 #: Where the Study document sits in the parent run's artifacts (``sarl.study.history`` reads it).
 STUDY_ARTIFACT_DIR: Final = "spec"
 REPORT_OUT: Final = "/tmp/report"
 #: Where ``sarl study report`` logs the report in the parent run (``reportUri``).
 REPORT_ARTIFACT_PATH: Final = "report/"
+#: cpu, memory and scratch disk (ephemeral-storage) of the report pod, requests equal to
+#: limits: it reads metrics from MLflow and draws a few figures on CPU (a fixed size, not the
+#: Study's trainer resources, which are sized for an 8-GPU node).
+REPORT_RESOURCES: Final = ("1", "2Gi", "2Gi")
 #: Retries of the report pod: the report only reads MLflow, so a transient failure is retried.
 REPORT_RETRIES: Final = 2
 
@@ -63,10 +76,15 @@ def owned(obj: Mapping[str, Any], study_meta: Mapping[str, Any]) -> dict[str, An
     return builders.owned(obj, study_meta, kind=STUDY_KIND)
 
 
-def experiment_object(run: StudyRun, namespace: str) -> dict[str, Any]:
+def experiment_object(run: StudyRun, namespace: str, embedding_url: str = "") -> dict[str, Any]:
     """The Experiment custom object of one arm x seed: name, labels and spec as expanded by
-    :meth:`Study.runs` (spec as validated, presets applied, as ``sarl submit`` stores one)."""
+    :meth:`Study.runs` (spec as validated, presets applied, as ``sarl submit`` stores one).
+    ``embedding_url``: the Study's shared embedding service the run's served embedders call
+    (:func:`shared_models`), so the Experiment serves none itself."""
     exp = run.experiment
+    spec = exp.spec.model_dump(mode="json")
+    if embedding_url:
+        spec = builders.point_embedders(exp, embedding_url)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -75,13 +93,99 @@ def experiment_object(run: StudyRun, namespace: str) -> dict[str, Any]:
             "namespace": namespace,
             "labels": dict(exp.metadata.labels),
         },
-        "spec": exp.spec.model_dump(mode="json"),
+        "spec": spec,
     }
 
 
-def experiments(study: Study, namespace: str, parent_run_id: str) -> list[dict[str, Any]]:
+def experiments(
+    study: Study,
+    namespace: str,
+    parent_run_id: str,
+    platform: builders.Platform = builders.DEFAULT_PLATFORM,
+) -> list[dict[str, Any]]:
     """Every arm x seed Experiment, in :meth:`Study.runs` order (the order they are created)."""
-    return [experiment_object(run, namespace) for run in study.runs(parent_run_id or None)]
+    urls = embedding_urls(shared_models(study, namespace, platform))
+    return [
+        experiment_object(run, namespace, urls.get(run.name, ""))
+        for run in study.runs(parent_run_id or None)
+    ]
+
+
+# ---- served models shared by the runs ----
+
+
+@dataclass(frozen=True)
+class SharedModel:
+    """One embedding InferenceService the Study serves for every run whose served embedder is
+    the same model with the same serving spec (``runs``: their names). ``keep``: some of those
+    runs sets ``spec.serving.release: never``."""
+
+    isvc: dict[str, Any]
+    url: str
+    runs: tuple[str, ...]
+    keep: bool
+
+    @property
+    def name(self) -> str:
+        return str(self.isvc["metadata"]["name"])
+
+
+def shared_name(study: Study, isvc: Mapping[str, Any]) -> str:
+    """``<study>-emb-<hash>``: 8 hex digits of the InferenceService's spec and annotations, so
+    runs share it exactly when they would have served the same thing. Shorter than any run's own
+    ``<run>-embedding-predictor`` (which the runs' name check already bounds), still checked."""
+    served = {"annotations": isvc["metadata"].get("annotations") or {}, "spec": isvc["spec"]}
+    digest = hashlib.sha256(json.dumps(served, sort_keys=True).encode()).hexdigest()[:8]
+    name = f"{study.name}{SHARED_EMBEDDING_INFIX}{digest}"
+    if len(name) + len(PREDICTOR_SUFFIX) > MAX_NAME:
+        raise ValueError(
+            f"metadata.name={study.name!r}: its shared embedding predictor Service "
+            f"{name}{PREDICTOR_SUFFIX!s} would exceed {MAX_NAME} characters; shorten the name"
+        )
+    return name
+
+
+def shared_models(
+    study: Study, namespace: str, platform: builders.Platform = builders.DEFAULT_PLATFORM
+) -> list[SharedModel]:
+    """The Study's shared embedding services, in the order their first run comes: each run's
+    ``<run>-embedding`` InferenceService (:func:`builders.embedding_service`), renamed
+    :func:`shared_name` and labelled as the Study's. Raises ValueError as the builders do."""
+    found: dict[str, tuple[dict[str, Any], list[str], bool]] = {}
+    for run in study.runs():
+        exp = run.experiment
+        isvc = builders.embedding_service(exp, namespace)
+        if isvc is None:
+            continue
+        name = shared_name(study, isvc)
+        never = exp.spec.serving.release == "never"
+        if name in found:
+            first, runs, keep = found[name]
+            found[name] = (first, [*runs, run.name], keep or never)
+            continue
+        component = dict(isvc["metadata"]["labels"])
+        component.pop(builders.EXPERIMENT_LABEL, None)
+        component.update(labels(study, "embedding"))
+        isvc["metadata"] = {**isvc["metadata"], "name": name, "labels": component}
+        found[name] = (isvc, [run.name], never)
+    return [
+        SharedModel(isvc, builders.predictor_url(name, namespace, platform), tuple(runs), keep)
+        for name, (isvc, runs, keep) in found.items()
+    ]
+
+
+def embedding_urls(models: Sequence[SharedModel]) -> dict[str, str]:
+    """Run name -> the URL of the shared embedding service it calls."""
+    return {run: model.url for model in models for run in model.runs}
+
+
+def needed(model: SharedModel, states: Sequence[RunState]) -> bool:
+    """Whether an unfinished run of the Study (created or not yet) still calls ``model``, or
+    one of its runs keeps it (``spec.serving.release: never``)."""
+    if model.keep:
+        return True
+    by_name = {s.run.name: s for s in states}
+    return any(run not in by_name or not by_name[run].finished for run in model.runs)
 
 
 def base_experiment(study: Study, namespace: str) -> Experiment:
@@ -157,9 +261,9 @@ def report_job(
             "--finish",  # the Study is over: close its MLflow parent run
         ],
         "env": env,
-        "resources": {},
+        "resources": builders.pod_resources(base, *REPORT_RESOURCES, gpus=0),
     }
-    pod = {"restartPolicy": "Never", **builders.job_pod(base, container)}
+    pod = {"restartPolicy": "Never", **builders.job_pod(base, container, REPORT_RESOURCES[2])}
     log_spec = {
         "name": "log-study",
         "image": image,
@@ -172,8 +276,8 @@ def report_job(
             "--run-id",
             "$(MLFLOW_RUN_ID)",
         ],
-        "env": env,
-        "resources": {},
+        "env": pod["containers"][0]["env"],  # with the scratch volume's TMPDIR
+        "resources": pod["containers"][0]["resources"],
         "volumeMounts": pod["containers"][0]["volumeMounts"],
     }
     pod["initContainers"] = [log_spec]
@@ -187,7 +291,13 @@ def report_job(
         },
         "spec": {
             "backoffLimit": REPORT_RETRIES,
-            "template": {"metadata": {"labels": labels(study, "report")}, "spec": pod},
+            "template": {
+                "metadata": {
+                    "labels": labels(study, "report"),
+                    "annotations": dict(builders.JOB_POD_ANNOTATIONS),
+                },
+                "spec": pod,
+            },
         },
     }
 

@@ -13,6 +13,10 @@ sarl_operator.handlers`` runs both). On create/resume/update of the spec, :func:
 3. applies ConfigMap ``<study>-config`` and :func:`sync`: creates the next arm x seed
    Experiments (at most ``spec.parallelism`` unfinished at once), owned by the Study, whose
    MLflow tags carry the parent run id; the operator's Experiment handlers run each;
+   Runs whose served embedders are the same model with the same serving spec share one
+   InferenceService ``<study>-emb-<hash>`` (:func:`serve_shared`): applied while an unfinished
+   run calls it, a run created only once it is Ready (``InferenceReady``), deleted when no
+   unfinished run calls it any more (``InferenceReady=False``, reason ``Released``);
 4. once every run has finished, creates Job ``<study>-report`` (once), and patches the status
    (counts, parent run, phase, conditions) when it changed, with Events on transitions.
 
@@ -26,7 +30,7 @@ collector (owner references).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
 import kopf
@@ -50,9 +54,9 @@ from sarl_operator.handlers import (
     _patch_status,
     cluster_api,
 )
-from sarl_operator.kube import KubeApi, apply
-from sarl_operator.status import condition, failed_status
-from sarl_operator.study_builders import RunState
+from sarl_operator.kube import KubeApi, apply, controlled_by
+from sarl_operator.status import RELEASED, condition, failed_status, isvc_ready
+from sarl_operator.study_builders import RunState, SharedModel
 from sarl_operator.tracking import MlflowTracking, TrackingError, run_url
 
 PLURAL: Final = "studies"
@@ -81,6 +85,10 @@ def study_from_body(body: Mapping[str, Any]) -> Study:
         except ValueError as e:
             index = arms.index(run.arm)
             raise SpecError(f"spec.arms[{index}] ({run.arm}, seed {run.seed}): {e}") from e
+    try:  # the shared services' names and models, refused here rather than at every sync
+        study_builders.shared_models(study, str(meta.get("namespace") or "default"))
+    except ValueError as e:
+        raise SpecError(str(e)) from e
     return study
 
 
@@ -129,18 +137,72 @@ def observe(api: KubeApi, study: Study, body: Mapping[str, Any], run_id: str) ->
     ]
 
 
+def serve_shared(
+    body: Mapping[str, Any],
+    api: KubeApi,
+    models: Sequence[SharedModel],
+    states: Sequence[RunState],
+    post_event: PostEvent,
+) -> tuple[set[str], dict[str, Any] | None]:
+    """Apply each shared model a run still needs (:func:`study_builders.needed`), delete the
+    others this Study controls; (names of the ready ones, the ``InferenceReady`` condition,
+    None when the Study serves nothing)."""
+    if not models:
+        return set(), None
+    meta = body["metadata"]
+    ready, waiting, serving = set(), [], []
+    for model in models:
+        current = api.get(
+            model.isvc["apiVersion"], "InferenceService", meta["namespace"], model.name
+        )
+        if not study_builders.needed(model, states):
+            if controlled_by(current, meta["uid"]) and api.delete(
+                model.isvc["apiVersion"], "InferenceService", meta["namespace"], model.name
+            ):
+                post_event(body, "Normal", RELEASED, f"deleted InferenceService {model.name}")
+            continue
+        serving.append(model.name)
+        # Created, never patched: its name is a hash of its spec, so an existing one is current.
+        if current is None:
+            api.create(study_builders.owned(model.isvc, meta))
+            post_event(body, "Normal", "Created", f"created InferenceService {model.name}")
+            ok, why = False, "created"
+        elif not controlled_by(current, meta["uid"]):
+            ok, why = False, "exists and is not this Study's; waiting for it to be deleted"
+        else:
+            ok, why = isvc_ready(current)
+        if ok:
+            ready.add(model.name)
+        else:
+            waiting.append(f"{model.name}: {why}")
+    if waiting:
+        message = "waiting for InferenceService " + "; ".join(waiting)
+        return ready, condition("InferenceReady", "False", "Waiting", message)
+    if serving:
+        return ready, condition("InferenceReady", "True", "Ready", ", ".join(serving))
+    message = "no unfinished run calls " + ", ".join(m.name for m in models) + ": deleted"
+    return ready, condition("InferenceReady", "False", RELEASED, message)
+
+
 def _create_runs(
     body: Mapping[str, Any],
     api: KubeApi,
     study: Study,
     states: list[RunState],
     post_event: PostEvent,
+    models: Sequence[SharedModel] = (),
+    ready: Collection[str] = (),
 ) -> list[RunState]:
-    """Create the Experiments :func:`study_builders.to_create` picks; the states updated."""
+    """Create the Experiments :func:`study_builders.to_create` picks whose shared models are
+    Ready (a run would fail its first reward batch on a service not serving yet; it is created
+    by a later sync); the states updated."""
     meta = body["metadata"]
-    created = {run.name for run in study_builders.to_create(states, study.spec.parallelism)}
+    urls = study_builders.embedding_urls(models)
+    waits = {run for m in models if m.name not in ready for run in m.runs}
+    picked = study_builders.to_create(states, study.spec.parallelism)
+    created = {run.name for run in picked if run.name not in waits}
     for run in (s.run for s in states if s.run.name in created):
-        obj = study_builders.experiment_object(run, meta["namespace"])
+        obj = study_builders.experiment_object(run, meta["namespace"], urls.get(run.name, ""))
         api.create(study_builders.owned(obj, meta))
         post_event(body, "Normal", "Created", f"created Experiment {run.name}")
     return [RunState(s.run, exists=True) if s.run.name in created else s for s in states]
@@ -192,8 +254,15 @@ def sync(
     False: only read, as while MLflow is down); patch the status when it changed."""
     states = observe(api, study, body, run_id)
     report = None
+    own = list(conditions)
     if create:
-        states = _create_runs(body, api, study, states, post_event)
+        models = study_builders.shared_models(
+            study, body["metadata"]["namespace"], settings.platform
+        )
+        ready, inference = serve_shared(body, api, models, states, post_event)
+        if inference is not None:
+            own.append(inference)
+        states = _create_runs(body, api, study, states, post_event, models, ready)
         if run_id and all(s.finished for s in states):
             report = _report(body, api, study, settings, run_id, post_event)
     desired = study_status.desired_status(
@@ -203,7 +272,7 @@ def sync(
         report_job=report,
         parent_run_id=run_id,
         run_url=run_url,
-        conditions=conditions,
+        conditions=own,
         current=body.get("status") or {},
         now=_now(),
     )

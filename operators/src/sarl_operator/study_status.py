@@ -25,7 +25,7 @@ from sarl_operator.study_builders import RunState, report_uri
 
 #: The Study's conditions, in the order the status lists them (all written by the operator;
 #: an Event on each transition).
-CONDITION_ORDER: Final = ("Ready", "TrackingReady", "ArmsSucceeded", "Reported")
+CONDITION_ORDER: Final = ("Ready", "TrackingReady", "InferenceReady", "ArmsSucceeded", "Reported")
 STUDY_CONDITIONS: Final = frozenset(CONDITION_ORDER)
 
 

@@ -23,8 +23,12 @@ What it reproduces, read from kubeflow/training-operator at tag ``v1.9.0``:
 * restarts and the job's end (``pkg/core/pod.go`` ``SetRestartPolicy``, ``pkg/core/job.go``
   ``PastBackoffLimit``, ``pytorchjob_controller.go`` ``UpdateJobStatus``): a container that fails
   under OnFailure/Always (ExitCode: exit code >= 128) is started again with the same environment;
-  the job fails once the restarts reach ``runPolicy.backoffLimit`` (every pod is then deleted),
-  and succeeds when the Master (or, without one, every Worker) exits 0.
+  the job fails once the restarts reach ``runPolicy.backoffLimit``, and succeeds when the
+  Master (or, without one, every Worker) exits 0;
+* which pods a finished job deletes, as at tag ``v1.9.4`` (``pkg/controller.v1/common/job.go``
+  ``DeletePodsAndServices``, :func:`deleted_when_finished`): ``cleanPodPolicy`` None keeps every
+  pod — also after the backoff limit, where v1.9.0 deleted them all —, Running deletes the
+  running ones, All every one.
 
 The kubelet's part, also emulated: ``valueFrom`` (``secretKeyRef`` and ``configMapKeyRef``,
 missing ones raising :class:`ContainerConfigError` as CreateContainerConfigError does;
@@ -72,6 +76,7 @@ from tests.jobs.pytorchjob_emulator.controller import (
     EmulationError,
     Replica,
     apply_defaults,
+    deleted_when_finished,
     replica_envs,
     should_restart,
 )
@@ -91,6 +96,7 @@ __all__ = [
     "PodNetwork",
     "Replica",
     "apply_defaults",
+    "deleted_when_finished",
     "namespaces_unavailable",
     "netns_unavailable",
     "pod_network",

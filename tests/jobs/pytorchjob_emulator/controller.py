@@ -300,6 +300,19 @@ def replica_envs(
     return out
 
 
+def deleted_when_finished(clean_pod_policy: str, phase: str) -> bool:
+    """Whether a finished job's pod in ``phase`` is deleted: ``DeletePodsAndServices`` in
+    ``pkg/controller.v1/common/job.go`` at kubeflow/training-operator ``v1.9.4`` (None: none;
+    Running: Running and Pending pods; All: every pod). Since v1.9.4 (trainer#3419) this holds
+    for a job failed past its backoff limit too: the Failed condition is set before the cleanup
+    (v1.9.0 cleaned up first, unfinished, and so deleted every pod whatever the policy)."""
+    if clean_pod_policy == "None":
+        return False
+    if clean_pod_policy == "Running":
+        return phase in ("Running", "Pending")
+    return True
+
+
 def should_restart(policy: str, exit_code: int) -> bool:
     """Whether a container that exited with ``exit_code`` is started again."""
     if policy == "Always":

@@ -23,6 +23,7 @@ from tests.jobs.pytorchjob_emulator.controller import (
     EmulationError,
     Replica,
     apply_defaults,
+    deleted_when_finished,
     replica_envs,
     should_restart,
 )
@@ -285,19 +286,23 @@ class JobRun:
     def _update_condition(self) -> None:
         restarts = sum(self.restarts.values())
         if self.backoff_limit is not None and restarts >= max(self.backoff_limit, 1):
-            self._finish("Failed", delete_pods=True)  # PastBackoffLimit deletes every pod
+            self._finish("Failed")  # PastBackoffLimit
             return
         masters = [p for p in self.pods.values() if p.replica.replica_type == "Master"]
         deciding = masters or list(self.pods.values())
         if all(p.process is None and p.exit_codes[-1:] == [0] for p in deciding):
             self._finish("Succeeded")
 
-    def _finish(self, condition: str, *, delete_pods: bool = False) -> None:
+    def _finish(self, condition: str) -> None:
+        """The job's end: pods deleted by ``cleanPodPolicy`` as v1.9.4 does (a kept pod that
+        still runs goes on running, holding its resources)."""
         self.condition = condition
-        for pod in self.pods.values():
+        for name, pod in self.pods.items():
+            active = pod.process is not None or pod.restart_at is not None
+            phase = "Running" if active else "Succeeded" if pod.exit_codes[-1:] == [0] else "Failed"
             pod.restart_at = None
-        if delete_pods or self.clean_pod_policy != "None":
-            self.stop_all()
+            if deleted_when_finished(self.clean_pod_policy, phase):
+                self._delete(name)
 
     @property
     def restarts(self) -> dict[str, int]:
@@ -344,12 +349,16 @@ class JobRun:
 
     def stop_all(self) -> None:
         """SIGKILL every container (also on exit of :func:`running_pytorchjob`)."""
-        for name, pod in self.pods.items():
-            pod.restart_at = None
-            self.kill(name)
-            if pod.process is not None:
-                pod.exit_codes.append(_exit_code(pod.process.returncode))
-                pod.process = None
+        for name in self.pods:
+            self._delete(name)
+
+    def _delete(self, name: str) -> None:
+        pod = self.pods[name]
+        pod.restart_at = None
+        self.kill(name)
+        if pod.process is not None:
+            pod.exit_codes.append(_exit_code(pod.process.returncode))
+            pod.process = None
 
     # -- logs --
 

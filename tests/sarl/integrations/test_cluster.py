@@ -74,6 +74,7 @@ def named(name: str, **spec: Any) -> Experiment:
     )
 
 
+GROUND_TRUTH = [{"name": "ground_truth"}]
 SERVED_EMBEDDER = [
     {
         "name": "structure",
@@ -92,8 +93,9 @@ def test_child_names_follow_the_training_operator_and_kserve() -> None:
 @pytest.mark.parametrize(
     ("spec", "room"),
     [
-        ({}, 63 - len("-master-0")),
-        ({"resources": {"nodes": 12}}, 63 - len("-worker-10")),
+        # The preset's embedder is served (<name>-embedding-predictor): a reward without one.
+        ({"reward": GROUND_TRUTH}, 63 - len("-master-0")),
+        ({"reward": GROUND_TRUTH, "resources": {"nodes": 12}}, 63 - len("-worker-10")),
         ({"reward": SERVED_EMBEDDER}, 63 - len("-embedding-predictor")),
     ],
 )

@@ -10,10 +10,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+# An empty url: on a cluster the operator serves the model itself (InferenceService
+# <name>-embedding, vLLM on KServe's Hugging Face runtime) and fills in its URL. To use the
+# sarl-inference chart's embedding service instead, restate the reward with its URL and served
+# model name (README, "Embeddings from the sarl-inference chart").
 _PAPER_EMBEDDER = {
     "kind": "openai",
     "model": "Qwen/Qwen3-Embedding-0.6B",
-    "url": "http://sarl-embedding:8000",
+    "url": "",
 }
 
 # Shared by Tables 6 and 7 (rows equal in both settings and both algorithms).
@@ -37,7 +41,16 @@ _PAPER_COMMON: dict[str, Any] = {
     },
     "evaluation": {"every_n_steps": 5, "benchmarks": ["aime25", "amc23", "math500", "minerva"]},
     "storage": {"every_n_steps": 20},
-    "resources": {"nodes": 1, "gpus_per_node": 8},
+    # One 8-GPU node (A100/H100 nodes have 96-208 vCPUs and 1-2 TiB): requests equal to limits,
+    # within any of them. Scratch (checkpoints, caches) is set per algorithm below.
+    "resources": {
+        "nodes": 1,
+        "gpus_per_node": 8,
+        "cpu": "64",
+        "memory": "512Gi",
+        # One GPU, vLLM on Qwen3-4B: the HF weights (~8 GB) and the runtime's caches.
+        "evaluation": {"cpu": "8", "memory": "64Gi", "scratch_size": "64Gi"},
+    },
 }
 
 _SETTINGS: dict[str, dict[str, Any]] = {
@@ -68,10 +81,15 @@ _SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 _ALGORITHMS: dict[str, dict[str, Any]] = {
-    # Table 6: PPO with GAE and a critic.
-    "ppo": {"algorithm": {"name": "ppo", "critic_learning_rate": 1e-5}},
-    # Table 7: GRPO.
-    "grpo": {"algorithm": {"name": "grpo"}},
+    # Table 6: PPO with GAE and a critic. Scratch: 3 actor checkpoints of Qwen3-4B (~60 GB each:
+    # fp32 shards 16 GB, Adam state 32 GB, HF weights 8-16 GB), 3 critic checkpoints (~48 GB
+    # each), the policy download (~8 GB), Ray's spill and compile caches (~30 GB): ~370 GB.
+    "ppo": {
+        "algorithm": {"name": "ppo", "critic_learning_rate": 1e-5},
+        "resources": {"scratch_size": "400Gi"},
+    },
+    # Table 7: GRPO. Scratch: the actor's 3 checkpoints, download and caches: ~220 GB.
+    "grpo": {"algorithm": {"name": "grpo"}, "resources": {"scratch_size": "256Gi"}},
 }
 
 _LOCAL: dict[str, Any] = {
@@ -109,6 +127,13 @@ _LOCAL: dict[str, Any] = {
     "tracking": {"log_maps_every_n_steps": 32},
     "storage": {"every_n_steps": 32},
     "reward": [{"name": "structure", "settings": {"embedder": {"kind": "local"}, "workers": 1}}],
+    # Ignored by local runs; on a cluster (e.g. kind) the built-in model's pods fit a small node.
+    "resources": {
+        "cpu": "1",
+        "memory": "4Gi",
+        "scratch_size": "10Gi",
+        "evaluation": {"cpu": "1", "memory": "4Gi", "scratch_size": "10Gi"},
+    },
 }
 
 

@@ -8,7 +8,14 @@ download, where the bytes are read anyway). Anything else under the root — a s
 manifest, a manifest whose files are gone, a ``*.tmp-*`` directory of a killed save — is an
 incomplete leftover: never listed, never resumed from, removed by ``prune``.
 
-Called by the local experiment runner through :func:`sarl.storage.open_store`; the concrete
+A checkpoint that several machines wrote (a multi-node verl job: each node holds its ranks'
+shards) is saved in parts: :meth:`CheckpointStore.begin_parts`, then
+:meth:`~CheckpointStore.save_part` on every machine into the same ``files/`` tree, then one
+:meth:`~CheckpointStore.commit_parts` writes the manifest listing every part's files, so the
+checkpoint stays invisible until all parts are stored.
+
+Called by the local experiment runner through :func:`sarl.storage.open_store` (and, in parts,
+by ``sarl_jobs.checkpoints``); the concrete
 stores are :class:`~sarl.storage.local.LocalCheckpointStore` and
 :class:`~sarl.storage.s3.S3CheckpointStore`.
 """
@@ -25,7 +32,7 @@ import shutil
 import sys
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -304,6 +311,60 @@ class CheckpointStore(ABC):
     @abstractmethod
     def step_uri(self, step: int) -> str:
         """URI of the directory/prefix of ``step``."""
+
+    # -- a checkpoint written by several machines (one part each) -----------------------------
+
+    @abstractmethod
+    def _put(self, step: int, src: Path, relpath: str, progress: Progress) -> FileEntry:
+        """Store the local file ``src`` as ``files/<relpath>`` of ``step`` (no manifest)."""
+
+    @abstractmethod
+    def _put_manifest(self, step: int, data: bytes) -> None:
+        """Write the manifest of ``step`` (the commit marker)."""
+
+    def begin_parts(self, step: int) -> None:
+        """Start checkpoint ``step`` saved in parts: an existing ``step`` stops being complete
+        (manifest first) and is removed, so parts never mix with an older save's files."""
+        check_step(step)
+        self._delete(step)
+
+    def save_part(self, step: int, local_dir: Path) -> tuple[FileEntry, ...]:
+        """Store every file under ``local_dir`` (one machine's part) into ``step`` without a
+        manifest; returns the entries to hand to :meth:`commit_parts`. Called on each machine
+        after :meth:`begin_parts`; parts must not hold the same path with different bytes."""
+        check_step(step)
+        sources = source_files(Path(local_dir))
+        total = sum(path.stat().st_size for path, _ in sources)
+        with Progress(total, f"save part of step {step}") as progress:
+            return tuple(self._put(step, path, rel, progress) for path, rel in sources)
+
+    def commit_parts(
+        self, step: int, parts: Sequence[Sequence[FileEntry]], metadata: Mapping[str, Any]
+    ) -> CheckpointInfo:
+        """Make ``step`` complete once every part is stored: write one manifest listing the files
+        of all ``parts`` (what :meth:`save_part` returned on each machine), then check that the
+        store holds each of them. StorageError (and no complete checkpoint) when a path comes
+        from two parts with different bytes or a listed file is missing."""
+        check_step(step)
+        meta = checked_metadata(metadata)
+        merged: dict[str, FileEntry] = {}
+        for entry in (e for part in parts for e in part):
+            seen = merged.setdefault(entry.path, entry)
+            if seen != entry:
+                raise StorageError(
+                    f"checkpoint {self.step_uri(step)}: two parts wrote {entry.path} with "
+                    "different contents; each machine must save files under its own names"
+                )
+        files = tuple(merged[path] for path in sorted(merged))
+        info = CheckpointInfo(step, self.step_uri(step), utc_now(), files, meta)
+        self._put_manifest(step, encode_manifest(info))
+        if self._load(step) is None:  # a part's file is missing or has another size
+            self._delete(step)
+            raise StorageError(
+                f"checkpoint {self.step_uri(step)}: a file listed by a part is missing or "
+                "incomplete in the store; not committed"
+            )
+        return info
 
     def list(self) -> builtins.list[CheckpointInfo]:
         """Complete checkpoints, ascending by step."""

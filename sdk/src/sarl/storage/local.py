@@ -97,6 +97,29 @@ class LocalCheckpointStore(CheckpointStore):
                 os.close(lock)  # after the manifest: the step is complete, or tmp is gone
         return info
 
+    def _put(self, step: int, src: Path, relpath: str, progress: Progress) -> FileEntry:
+        """Copy into ``files/`` of the step directory through a temp sibling: two machines of
+        one job writing the same file (same bytes) on a shared mount never see half a file."""
+        target = self._step_dir(step) / FILES_DIR / relpath
+        tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            entry = copy_and_hash(src, tmp, relpath, progress.update)
+            os.replace(tmp, target)
+            _fsync_dir(target.parent)
+        except OSError as e:
+            raise StorageError(f"saving {src} to {target} failed: {e}") from e
+        finally:
+            tmp.unlink(missing_ok=True)
+        return entry
+
+    def _put_manifest(self, step: int, data: bytes) -> None:
+        path = self._step_dir(step) / MANIFEST_NAME
+        try:
+            write_atomic(path, data)
+        except OSError as e:
+            raise StorageError(f"writing manifest {path} failed: {e}") from e
+
     def _copy_in(
         self, sources: list[tuple[Path, str]], dest: Path, step: int
     ) -> tuple[FileEntry, ...]:

@@ -246,6 +246,22 @@ class S3CheckpointStore(CheckpointStore):
             )  # fmt: skip
         return info
 
+    def _put(self, step: int, src: Path, relpath: str, progress: Progress) -> FileEntry:
+        entry = hash_file(src, relpath)
+        key = self._step_key(step, FILES_DIR, relpath)
+        with self._errors(f"uploading {src} to s3://{self.bucket}/{key}"):
+            self._client.fput_object(
+                self.bucket, key, str(src), part_size=PART_SIZE, progress=progress
+            )
+        return entry
+
+    def _put_manifest(self, step: int, data: bytes) -> None:
+        key = self._step_key(step, MANIFEST_NAME)
+        with self._errors(f"writing manifest s3://{self.bucket}/{key}"):
+            self._client.put_object(
+                self.bucket, key, io.BytesIO(data), len(data), content_type="application/json"
+            )
+
     # -- primitives ---------------------------------------------------------------------------
 
     def _step_numbers(self) -> builtins.list[int]:
