@@ -13,7 +13,7 @@ TORCH := torch==2.13.0
 PIP_FLAGS := --disable-pip-version-check --progress-bar off -q
 
 .DEFAULT_GOAL := help
-.PHONY: images help setup setup-main setup-verl demo study demo-traces test test-main test-verl bench lint format generate check-generated clean
+.PHONY: images help setup setup-main setup-verl demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
 
 help: ## List targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -78,6 +78,9 @@ check-generated: setup-main ## Fail if generated files are out of date
 	$(PY) -m sarl.schemas.generate --check
 	$(PY) tests/charts/regenerate_golden.py --check
 	$(PY) tests/operators/regenerate_golden.py --check
+
+check-images: setup-main ## Resolve every image's Python packages (base pins + Dockerfile) with pip; needs PyPI
+	$(PY) tests/images/resolve.py
 
 images: ## Build the container images with Docker (services, operator, verl and TRL trainers)
 	docker build -f services/embedding/Dockerfile -t sarl-embedding .

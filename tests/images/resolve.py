@@ -114,7 +114,9 @@ def parse_base(path: Path) -> Base:
 
 def _logical_lines(text: str) -> list[str]:
     joined = re.sub(r"\\\n", " ", text)
-    return [ln.strip() for ln in joined.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    return [
+        ln.strip() for ln in joined.splitlines() if ln.strip() and not ln.strip().startswith("#")
+    ]
 
 
 def _substitute(value: str, args: Mapping[str, str]) -> str:
@@ -123,7 +125,7 @@ def _substitute(value: str, args: Mapping[str, str]) -> str:
 
 def local_projects(root: Path = ROOT) -> dict[str, Path]:
     """Project name → directory of the repository's packages (sdk, jobs, services, operators)."""
-    found = {}
+    found: dict[str, Path] = {}
     for pyproject in root.glob("*/pyproject.toml"):
         name = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["name"]
         found[canonicalize_name(name)] = pyproject.parent
@@ -270,20 +272,27 @@ def trim_report(report: Mapping[str, object]) -> dict[str, object]:
     packages = []
     for item in report["install"]:  # type: ignore[attr-defined]
         meta = item["metadata"]
-        packages.append({
-            "name": meta["name"],
-            "version": meta["version"],
-            "requires_dist": meta.get("requires_dist", []),
-        })
+        packages.append(
+            {
+                "name": meta["name"],
+                "version": meta["version"],
+                "requires_dist": meta.get("requires_dist", []),
+            }
+        )
     return {"install": sorted(packages, key=lambda p: canonicalize_name(p["name"]))}
 
 
 def _environment(python: str) -> dict[str, str]:
     return {
-        "python_version": python, "python_full_version": python + ".0",
-        "implementation_name": "cpython", "platform_python_implementation": "CPython",
-        "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
-        "platform_machine": "x86_64", "extra": "",
+        "python_version": python,
+        "python_full_version": python + ".0",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "os_name": "posix",
+        "platform_machine": "x86_64",
+        "extra": "",
     }
 
 
@@ -298,8 +307,10 @@ def check_report(report: Mapping[str, object], python: str) -> list[str]:
         if have is None:
             problems.append(f"{owner['name']} {owner['version']} requires {req} ({why}); missing")
         elif not req.specifier.contains(Version(have["version"]), prereleases=True):
-            problems.append(f"{owner['name']} {owner['version']} requires {req} ({why}); "
-                            f"the image has {have['name']} {have['version']}")
+            problems.append(
+                f"{owner['name']} {owner['version']} requires {req} ({why}); "
+                f"the image has {have['name']} {have['version']}"
+            )
 
     for package in installed.values():
         for dep in package["requires_dist"]:
@@ -313,10 +324,16 @@ def check_report(report: Mapping[str, object], python: str) -> list[str]:
         if extra:
             for dep in package["requires_dist"]:
                 req = Requirement(dep)
-                in_extra = req.marker is not None and Marker(str(req.marker)).evaluate(
-                    {**env, "extra": extra}) and not req.marker.evaluate(env)
-                if in_extra and canonicalize_name(req.name) in installed and (
-                        canonicalize_name(req.name) != key):
+                in_extra = (
+                    req.marker is not None
+                    and Marker(str(req.marker)).evaluate({**env, "extra": extra})
+                    and not req.marker.evaluate(env)
+                )
+                if (
+                    in_extra
+                    and canonicalize_name(req.name) in installed
+                    and (canonicalize_name(req.name) != key)
+                ):
                     unmet(package, req, f"its tested stack, extra '{extra}'")
     return problems
 
@@ -336,12 +353,20 @@ def check_image(path: Path, save_report: Path | None = None) -> list[str]:
     if save_report is not None:
         save_report.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     problems = check_report(report, spec.base.python)
-    versions = {canonicalize_name(p["name"]): p["version"] for p in report["install"]}  # type: ignore[attr-defined]
-    shown = ", ".join(f"{n} {versions[n]}" for n in
-                      ("verl", "vllm", "torch", "transformers", "trl", "kserve", "protobuf", "kopf")
-                      if n in versions)
+    versions: dict[str, str] = {
+        canonicalize_name(p["name"]): p["version"]
+        for p in report["install"]  # type: ignore[attr-defined]
+    }
+    shown = ", ".join(
+        f"{n} {versions[n]}"
+        for n in ("verl", "vllm", "torch", "transformers", "trl", "kserve", "protobuf", "kopf")
+        if n in versions
+    )
     status = "OK" if not problems else "FAILED"
-    print(f"{spec.dockerfile} (FROM {spec.from_image}): {status}: {len(versions)} packages; {shown}")
+    print(
+        f"{spec.dockerfile} (FROM {spec.from_image}): {status}: {len(versions)} packages; {shown}",
+        flush=True,
+    )
     return [f"{spec.dockerfile}: {p}" for p in problems]
 
 

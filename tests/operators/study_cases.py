@@ -75,7 +75,8 @@ def study_children(s: Study) -> list[dict[str, Any]]:
     meta = study_meta(s)
     objs = [
         study_builders.configmap(s, NAMESPACE),
-        *study_builders.experiments(s, NAMESPACE, PARENT_RUN_ID),
+        *(m.isvc for m in study_builders.shared_models(s, NAMESPACE, PLATFORM)),
+        *study_builders.experiments(s, NAMESPACE, PARENT_RUN_ID, PLATFORM),
         study_builders.report_job(
             s,
             NAMESPACE,
@@ -93,7 +94,7 @@ def child_children(s: Study) -> list[dict[str, Any]]:
     reference = s.spec.reference_arm
     (obj,) = [
         o
-        for o in study_builders.experiments(s, NAMESPACE, PARENT_RUN_ID)
+        for o in study_builders.experiments(s, NAMESPACE, PARENT_RUN_ID, PLATFORM)
         if o["metadata"]["labels"]["sarl.dev/arm"] == reference
         and o["metadata"]["labels"]["sarl.dev/seed"] == str(s.spec.seeds[0])
     ]

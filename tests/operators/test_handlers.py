@@ -147,7 +147,7 @@ def _env(api: FakeApi, name: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("case", "kinds"),
     [
-        ("sarl-grpo-math", ["ConfigMap", "PyTorchJob"]),
+        ("sarl-grpo-math", ["ConfigMap", "InferenceService", "PyTorchJob"]),
         ("sarl-grpo-math-2node", ["ConfigMap", "InferenceService", "PyTorchJob"]),
         ("sarl-grpo-judge", ["ConfigMap", "InferenceService", "PyTorchJob"]),
     ],
@@ -170,9 +170,10 @@ def test_second_reconcile_patches_children_and_not_status() -> None:
     api, events = FakeApi(), list[tuple[str, ...]]()
     body = _body("sarl-grpo-math")
     body["status"] = _reconcile(body, api, events)["status"]
+    created = len(api.writes)
     events.clear()
     patch = _reconcile(body, api, events)
-    assert all(op == "patch" for op, _ in api.writes[2:])
+    assert all(op == "patch" for op, _ in api.writes[created:])
     assert "status" not in patch
     assert events == []
 

@@ -13,6 +13,7 @@ from sarl_operator.status import (
     eval_condition,
     failed_status,
     job_phase,
+    run_ended,
     status_patch,
 )
 from sarl_operator.tracking import Progress
@@ -142,3 +143,21 @@ def test_failed_status_names_the_message() -> None:
             "lastTransitionTime": "t",
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("job", "evaluated", "ended"),
+    [
+        (None, None, False),
+        (_job("Created", "Running"), None, False),
+        (_job("Running", "Failed"), None, True),
+        (_job("Succeeded"), None, True),  # no evaluation Job
+        (_job("Succeeded"), condition("Evaluated", "Unknown", "EvaluationRunning"), False),
+        (_job("Succeeded"), condition("Evaluated", "True", "EvaluationSucceeded"), True),
+        (_job("Succeeded"), condition("Evaluated", "False", "EvaluationFailed"), True),
+    ],
+)
+def test_run_ended_once_training_and_evaluation_are_over(
+    job: dict[str, Any] | None, evaluated: dict[str, Any] | None, ended: bool
+) -> None:
+    assert run_ended(job, evaluated) is ended

@@ -131,7 +131,10 @@ def test_children_are_all_owned_by_the_study_and_built_twice_equal() -> None:
     s = study()
     children = study_children(s)
     assert study_children(s) == children
-    assert [c["kind"] for c in children] == ["ConfigMap", *["Experiment"] * 18, "Job"]
+    # One shared embedding service per distinct served embedder, however many runs call it.
+    shared = ["InferenceService"] * len(study_builders.shared_models(s, NAMESPACE))
+    assert shared in ([], ["InferenceService"])
+    assert [c["kind"] for c in children] == ["ConfigMap", *shared, *["Experiment"] * 18, "Job"]
     for child in children:
         (ref,) = child["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["uid"], ref["controller"]) == ("Study", STUDY_UID, True)
@@ -252,3 +255,52 @@ def test_to_create_keeps_at_most_parallelism_unfinished(
     runs = s.runs()
     got = study_builders.to_create(_states(s, outcomes), parallelism)
     assert [r.name for r in got] == [runs[i].name for i in expected]
+
+
+def _served(doc: dict[str, Any], model: str = "Qwen/Qwen3-Embedding-0.6B") -> dict[str, Any]:
+    """``doc`` whose base reward calls an embedder the operator serves (url empty)."""
+    embedder = {"kind": "openai", "model": model, "url": ""}
+    reward = [{"name": "structure", "settings": {"clustering": "kmeans", "embedder": embedder}}]
+    doc["spec"]["base"]["reward"] = reward
+    return doc
+
+
+def test_runs_with_one_served_embedder_share_one_service() -> None:
+    s = study(_served(small_doc("fan")))
+    [model] = study_builders.shared_models(s, NAMESPACE)
+    assert model.name.startswith("fan-emb-") and len(model.name) == len("fan-emb-") + 8
+    assert model.runs == tuple(r.name for r in s.runs()) and not model.keep
+    assert model.isvc["metadata"]["labels"]["sarl.dev/study"] == "fan"
+    assert "sarl.dev/experiment" not in model.isvc["metadata"]["labels"]
+    for obj in study_builders.experiments(s, NAMESPACE, PARENT_RUN_ID):
+        embedder = obj["spec"]["reward"][0]["settings"]["embedder"]
+        assert (embedder["url"], embedder["model"]) == (model.url, "embedding")
+        exp = handlers.experiment_from_body({**obj, "metadata": {**obj["metadata"]}})
+        assert study_builders.builders.inference_services(exp, NAMESPACE) == []
+
+
+def test_a_different_serving_spec_is_another_service() -> None:
+    doc = _served(small_doc("fan", seeds=1))
+    doc["spec"]["arms"][1]["override"]["serving"] = {"embedding": {"gpus": 2}}
+    models = study_builders.shared_models(study(doc), NAMESPACE)
+    assert [m.runs for m in models] == [("fan-low-s0",), ("fan-high-s0",)]
+    assert len({m.name for m in models}) == 2
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "release", "needed"),
+    [
+        ([None, None, None, None], "on_completion", True),
+        (["succeeded", "failed", "running", None], "on_completion", True),
+        (["succeeded", "failed", "succeeded", "succeeded"], "on_completion", False),
+        (["succeeded", "failed", "succeeded", "succeeded"], "never", True),
+    ],
+)
+def test_a_shared_service_is_needed_until_its_last_run_ends(
+    outcomes: list[str | None], release: str, needed: bool
+) -> None:
+    doc = _served(small_doc("fan"))
+    doc["spec"]["base"]["serving"] = {"release": release}
+    s = study(doc)
+    [model] = study_builders.shared_models(s, NAMESPACE)
+    assert study_builders.needed(model, _states(s, outcomes)) is needed

@@ -32,6 +32,7 @@ from sarl.testing.kube_server import (
     CONFIGMAPS,
     EVENTS,
     EXPERIMENTS,
+    ISVCS,
     JOBS,
     PYTORCHJOBS,
     SARL_RESOURCES,
@@ -343,3 +344,75 @@ def test_deleting_the_study_leaves_its_children_to_the_garbage_collector(
         return study is None or bool(study["metadata"].get("deletionTimestamp"))
 
     wait_for("the Study to be deleted", deleting_or_gone)
+
+
+@pytest.fixture
+def kserve(server: KubeServer) -> Iterator[None]:
+    """Stand-in for KServe's controller (none can run here): every InferenceService reports
+    ``Ready`` a moment after it is created."""
+    import threading
+
+    stop = threading.Event()
+
+    def mark_ready() -> None:
+        while not stop.wait(0.2):
+            for isvc in server.objects(ISVCS, NAMESPACE).values():
+                if not (isvc.get("status") or {}).get("conditions"):
+                    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+                    server.put(ISVCS, NAMESPACE, {**isvc, "status": ready})
+
+    thread = threading.Thread(target=mark_ready, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(timeout=5)
+
+
+def _embedding_services(server: KubeServer, study: str) -> dict[str, dict[str, Any]]:
+    return {
+        name: isvc
+        for name, isvc in server.objects(ISVCS, NAMESPACE).items()
+        if isvc["metadata"]["labels"].get("sarl.dev/study") == study or name.startswith(f"{study}-")
+    }
+
+
+def test_runs_with_the_same_embedder_share_one_service_released_after_the_last(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient, kserve: None
+) -> None:
+    """3 runs (parallelism 2) whose embedder the operator serves: one embedding ISVC, owned by
+    the Study, which every run calls by URL; kept while a run is unfinished, deleted after the
+    last one ends."""
+    doc = small_doc("share", seeds=1, parallelism=2)
+    doc["spec"]["base"]["reward"] = [
+        {
+            "name": "structure",
+            "settings": {
+                "clustering": "kmeans",
+                "embedder": {"kind": "openai", "model": "Qwen/Qwen3-Embedding-0.6B", "url": ""},
+            },
+        }
+    ]
+    doc["spec"]["arms"].append({"name": "mid", "override": {"algorithm": {"learning_rate": 5e-5}}})
+    uid = _create(kube, doc)["metadata"]["uid"]
+    runs = ("share-low-s0", "share-high-s0", "share-mid-s0")
+    _finish_training(server, kube, runs[0])
+    [(name, isvc)] = _embedding_services(server, "share").items()
+    assert name.startswith("share-emb-") and len(name) == len("share-emb-") + 8
+    assert [(r["kind"], r["uid"]) for r in isvc["metadata"]["ownerReferences"]] == [("Study", uid)]
+    _finish_training(server, kube, runs[1])
+    _finish_training(server, kube, runs[2])
+    url = f"http://{name}-predictor.{NAMESPACE}.svc.cluster.local/openai"
+    for run in runs:
+        embedder = _runs(server, "share")[run]["spec"]["reward"][0]["settings"]["embedder"]
+        assert (embedder["url"], embedder["model"]) == (url, "embedding")
+    wait_for("the shared ISVC deleted", lambda: not _embedding_services(server, "share"))
+    events = _events(server, "share")
+    assert f"Released: deleted InferenceService {name}" in events
+    assert sum(e.startswith("Created: created InferenceService") for e in events) == 1
+    for run in runs:
+        assert not any("InferenceService" in e for e in _events(server, run, "Experiment"))
+    # No run served its own model, and none was re-created after the release.
+    time.sleep(2)
+    assert not any(n.startswith("share") for n in server.objects(ISVCS, NAMESPACE))
+    inference = _condition(server, "share", "InferenceReady")
+    assert (inference["status"], inference["reason"]) == ("False", "Released")
