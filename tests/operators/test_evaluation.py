@@ -56,7 +56,7 @@ def test_eval_job_pod(gpus: int, limits: dict[str, str]) -> None:
         "--config",
         "/etc/sarl/experiment.yaml",
         "--workdir",  # on the scratch volume
-        "/scratch/sarl-eval",
+        "/mnt/scratch/sarl-eval",
     ]
     assert container["resources"] == {"requests": limits, "limits": limits}
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}

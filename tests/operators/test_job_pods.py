@@ -115,10 +115,10 @@ def test_scratch_volume_holds_tmpdir_and_caches(name: str, template: dict[str, A
     container = pod["containers"][0]
     volume = next(v for v in pod["volumes"] if v["name"] == "scratch")
     assert volume["emptyDir"]["sizeLimit"] == container["resources"]["limits"]["ephemeral-storage"]
-    assert {"name": "scratch", "mountPath": "/scratch"} in container["volumeMounts"]
+    assert {"name": "scratch", "mountPath": "/mnt/scratch"} in container["volumeMounts"]
     env = _env(container)
-    assert env["TMPDIR"] == "/scratch"
-    assert env["HF_HOME"].startswith("/scratch/") and env["XDG_CACHE_HOME"].startswith("/scratch/")
+    assert env["TMPDIR"] == "/mnt/scratch"
+    assert env["HF_HOME"].startswith("/mnt/scratch/") and env["XDG_CACHE_HOME"].startswith("/mnt/scratch/")
 
 
 def test_scratch_claim_mounts_one_directory_per_pod_and_requests_no_disk() -> None:
@@ -129,7 +129,7 @@ def test_scratch_claim_mounts_one_directory_per_pod_and_requests_no_disk() -> No
         volume = next(v for v in pod["volumes"] if v["name"] == "scratch")
         assert volume == {"name": "scratch", "persistentVolumeClaim": {"claimName": "sarl-scratch"}}
         mount = next(m for m in container["volumeMounts"] if m["name"] == "scratch")
-        assert mount["subPathExpr"] == "$(POD_NAME)" and mount["mountPath"] == "/scratch"
+        assert mount["subPathExpr"] == "$(POD_NAME)" and mount["mountPath"] == "/mnt/scratch"
         assert _env(container)["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
         assert "ephemeral-storage" not in container["resources"]["limits"]
 

@@ -129,7 +129,7 @@ def main(cfg_path: str | Path) -> None:
 def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None:
     """One training process (started by the launcher): build the trainer and train.
 
-    ``output_dir`` defaults to ``$TMPDIR/sarl-trl`` (``/scratch/sarl-trl`` in an operator pod:
+    ``output_dir`` defaults to ``$TMPDIR/sarl-trl`` (``/mnt/scratch/sarl-trl`` in an operator pod:
     its scratch volume, which a re-created pod does not keep) — the store is what survives."""
     output_dir = Path(output_dir) if output_dir else Path(tempfile.gettempdir()) / "sarl-trl"
     from accelerate import PartialState

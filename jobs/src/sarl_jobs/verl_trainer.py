@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 _NODE_WAIT_S = 600.0
 #: Left in the workdir of every node by the head once the driver succeeded (see the docstring).
 DONE_MARKER: Final = "ray-job-finished"
-#: ``$TMPDIR/sarl-verl`` (``/scratch/sarl-verl`` in an operator pod, on its scratch volume):
+#: ``$TMPDIR/sarl-verl`` (``/mnt/scratch/sarl-verl`` in an operator pod, on its scratch volume):
 #: data, built model, local checkpoints.
 DEFAULT_WORKDIR: Final = str(Path(tempfile.gettempdir()) / "sarl-verl")
 #: Shown in a dry-run plan where the built-in model's directory will be (built at start).

@@ -59,14 +59,18 @@ GPU_RESOURCE: Final = DEFAULT_GPU_RESOURCE
 #: Where every job pod's scratch volume (checkpoints, caches, temporary files) is mounted; the
 #: jobs find it through TMPDIR (:func:`scratch_env`). Not /tmp itself: the image's /tmp stays
 #: the container's, as programs that hard-code it expect.
-SCRATCH_DIR: Final = "/scratch"
+SCRATCH_DIR: Final = "/mnt/scratch"
 SCRATCH_VOLUME: Final = "scratch"
 HF_TOKEN_ENV: Final = "HF_TOKEN"
 #: Pod template annotations of the trainer, evaluation and report pods. Istio's sidecar never
 #: exits, so a job pod with one never completes: Kubeflow documents this annotation for Training
 #: Operator jobs in Istio-injected namespaces (kubeflow.org/docs/components/training/pytorch/).
 JOB_POD_ANNOTATIONS: Final[Mapping[str, str]] = {"sidecar.istio.io/inject": "false"}
-#: PyTorchJob restarts before it is Failed; each restart resumes from the last checkpoint.
+#: Restarts per node before a PyTorchJob is Failed; each restart resumes from the last checkpoint.
+#: The Training Operator counts the restarts of every pod of the job against one backoffLimit
+#: (pkg/controller.v1/common/job.go, v1.9.4: past backoffLimit), and losing one node of a
+#: multi-node verl job restarts every node (the Ray cluster is rebuilt), so the limit is
+#: RESTARTS x nodes: a 2-node job survives 3 node losses, as a 1-node job does.
 RESTARTS: Final = 3
 EXPERIMENT_LABEL: Final = "sarl.dev/experiment"
 _EMBEDDING_MODEL_NAME: Final = "embedding"
@@ -345,7 +349,7 @@ def job_pod(
     exp: Experiment, container: dict[str, Any], scratch_size: str | None = None
 ) -> dict[str, Any]:
     """Pod spec around ``container`` for the Experiment's jobs (training, evaluation, a Study's
-    report): the config volume, a memory-backed /dev/shm, the scratch volume at /scratch
+    report): the config volume, a memory-backed /dev/shm, the scratch volume at /mnt/scratch
     (``scratch_size``, default ``spec.resources.scratch_size``; the container's resources
     should request as much ephemeral-storage, :func:`pod_resources`), and the spec's node
     selector, tolerations, service account and image pull secrets."""
@@ -422,11 +426,11 @@ def pytorchjob(
         "spec": {
             "nprocPerNode": str(max(res.gpus_per_node, 1)),
             # A lost or preempted pod restarts and resumes from the last checkpoint in the store
-            # (sarl_jobs.resume); a run that keeps failing stops after RESTARTS retries.
+            # (sarl_jobs.resume); a run that keeps failing stops after RESTARTS retries per node.
             # Running: once the job has finished (Succeeded, or Failed past the backoff limit)
             # the Training Operator deletes its Running and Pending pods, so a failed job frees
             # its GPUs; ended pods stay for their logs. None (the default) keeps them all.
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": RESTARTS},
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": RESTARTS * res.nodes},
             "pytorchReplicaSpecs": replicas,
         },
     }

@@ -381,7 +381,7 @@ class ResourcesSpec(_Strict):
     scratch_size: _Quantity = Field(
         default="100Gi",
         json_schema_extra=_QUANTITY_SCHEMA,
-        description="Disk of each pod's scratch volume, mounted at /scratch (TMPDIR, HF_HOME, "
+        description="Disk of each pod's scratch volume, mounted at /mnt/scratch (TMPDIR, HF_HOME, "
         "XDG_CACHE_HOME): local checkpoints (storage.keep_last of them), the downloaded policy, "
         "Ray's spill and compile caches. An emptyDir with this sizeLimit and an equal "
         "ephemeral-storage request and limit. Qwen3-4B: ~60 GB per actor checkpoint (fp32 "
