@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.markers import Marker
+from packaging.markers import Marker, default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -240,12 +240,43 @@ def pip_command(spec: ImageSpec, report: Path) -> list[str]:
     return command + spec.requirements()
 
 
+def target_only_requirements(report: Mapping[str, object], python: str) -> list[str]:
+    """Requirements whose marker holds for the image's Python but not for the one running pip.
+
+    pip evaluates markers against the interpreter it runs on, not ``--python-version``; e.g. vLLM
+    0.24.0's ``setuptools<81; python_version > "3.11"`` is skipped when CI's Python 3.11 resolves
+    for the verl image's 3.12. They are fed back to the resolver without their marker.
+    """
+    env = _environment(python)
+    host = {**{k: str(v) for k, v in default_environment().items()}, "extra": ""}
+    out = []
+    for package in report["install"]:  # type: ignore[attr-defined]
+        for dep in package["requires_dist"]:
+            req = Requirement(dep)
+            marker = req.marker
+            if marker is not None and marker.evaluate(env) and not marker.evaluate(host):
+                req.marker = None
+                if str(req) not in out:
+                    out.append(str(req))
+    return out
+
+
 def resolve(spec: ImageSpec) -> dict[str, object]:
-    """Run pip's resolver; a set that cannot coexist raises with pip's explanation."""
+    """Run pip's resolver (again with the target-only requirements it skipped, if any)."""
+    report = _resolve_once(spec, [])
+    extra = target_only_requirements(report, spec.base.python)
+    return _resolve_once(spec, extra) if extra else report
+
+
+def _resolve_once(spec: ImageSpec, extra: list[str]) -> dict[str, object]:
+    """One resolver run; a set that cannot coexist raises with pip's explanation."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         done = subprocess.run(
-            pip_command(spec, report), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            pip_command(spec, report) + extra,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         if done.returncode != 0:
             raise ImageCheckError(

@@ -7,6 +7,7 @@ report gave them (verl 0.9.1, vLLM 0.17.0 / 0.24.0, KServe 0.21.0, TRL 1.16.0 wh
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.images.resolve import (
     dockerfiles,
     parse_dockerfile,
     pip_command,
+    target_only_requirements,
 )
 
 VERL_091 = {
@@ -178,3 +180,16 @@ def test_conflict_summary_keeps_the_cause() -> None:
     summary = conflict_summary(output)
     assert "Collecting" not in summary and "loosen" not in summary
     assert "vllm 0.17.0 depends on transformers<5" in summary
+
+
+def test_markers_for_the_image_python_are_fed_back() -> None:
+    """pip evaluates markers for the Python it runs on: vLLM 0.24.0's
+    ``setuptools<81.0.0,>=77.0.3; python_version > "3.11"`` was skipped by a 3.11 pip resolving
+    the verl image (Python 3.12), which then got setuptools 81.0.0."""
+    report = {
+        "install": [_pkg("vllm", "0.24.0", 'setuptools<81.0.0,>=77.0.3; python_version > "3.11"')]
+    }
+    host_skips = sys.version_info < (3, 12)
+    expected = ["setuptools<81.0.0,>=77.0.3"] if host_skips else []
+    assert target_only_requirements(report, "3.12") == expected
+    assert target_only_requirements(report, "3.11") == []
