@@ -407,10 +407,12 @@ def test_runs_with_the_same_embedder_share_one_service_released_after_the_last(
         assert (embedder["url"], embedder["model"]) == (url, "embedding")
     wait_for("the shared ISVC deleted", lambda: not _embedding_services(server, "share"))
     released = f"Released: deleted InferenceService {name}"
-    events = wait_for(
-        "the Released event",
-        lambda: released in _events(server, "share") and _events(server, "share"),
-    )
+
+    def released_events() -> list[str] | None:
+        events = _events(server, "share")
+        return events if released in events else None
+
+    events = wait_for("the Released event", released_events)
     assert sum(e.startswith("Created: created InferenceService") for e in events) == 1
     for run in runs:
         assert not any("InferenceService" in e for e in _events(server, run, "Experiment"))
