@@ -240,7 +240,9 @@ def _operator_grants(case: Case) -> list[Grant]:
 
 
 @pytest.mark.parametrize("values", ["default", "external-s3", "namespaced"])
-def test_operator_never_deletes_reads_pods_or_other_secrets(values: str) -> None:
+def test_operator_deletes_only_served_models_and_never_reads_pods_or_other_secrets(
+    values: str,
+) -> None:
     case = Case(PLATFORM, values)
     grants = _operator_grants(case)
     assert grants
@@ -253,9 +255,14 @@ def test_operator_never_deletes_reads_pods_or_other_secrets(values: str) -> None
     for grant in grants:
         rule = grant.rule
         assert "*" not in [*rule["apiGroups"], *rule["resources"], *rule["verbs"]], rule
-        assert not {"delete", "deletecollection", "update"} & set(rule["verbs"]) or rule[
-            "resources"
-        ] == ["experiments/finalizers", "studies/finalizers"], rule
+        # The only deletes: kopf's finalizers, and the InferenceServices the operator served
+        # for a run that has ended (spec.serving.release), one by one.
+        mutating = {"delete", "deletecollection", "update"} & set(rule["verbs"])
+        assert (
+            not mutating
+            or rule["resources"] == ["experiments/finalizers", "studies/finalizers"]
+            or (rule["resources"] == ["inferenceservices"] and mutating == {"delete"})
+        ), rule
         assert not {"pods", "pods/log"} & set(rule["resources"]), rule
         if "secrets" in rule["resources"]:
             assert rule == {

@@ -118,7 +118,8 @@ def test_scratch_volume_holds_tmpdir_and_caches(name: str, template: dict[str, A
     assert {"name": "scratch", "mountPath": "/mnt/scratch"} in container["volumeMounts"]
     env = _env(container)
     assert env["TMPDIR"] == "/mnt/scratch"
-    assert env["HF_HOME"].startswith("/mnt/scratch/") and env["XDG_CACHE_HOME"].startswith("/mnt/scratch/")
+    assert env["HF_HOME"].startswith("/mnt/scratch/")
+    assert env["XDG_CACHE_HOME"].startswith("/mnt/scratch/")
 
 
 def test_scratch_claim_mounts_one_directory_per_pod_and_requests_no_disk() -> None:
