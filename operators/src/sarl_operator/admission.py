@@ -37,6 +37,8 @@ from typing import Any, Final
 
 import kopf
 
+from sarl.spec.secrets import redact_text
+
 GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
 #: kopf handler id of the image check; kopf serves it at path ``/<WEBHOOK_ID>`` and runs only the
@@ -208,9 +210,10 @@ def image_violations(body: Mapping[str, Any], allowed: Sequence[str]) -> list[st
     for field, value in image_fields(body):
         name = parse_image(value)
         if name is None:
-            out.append(f"{field}={value!r}: not a valid image reference")
+            # Redacted: an image written as user:password@registry/... does not parse.
+            out.append(redact_text(f"{field}={value!r}: not a valid image reference"))
         elif not any(name.within(p) for p in prefixes):
-            out.append(f"{field}={value!r}: registry not allowed (allowed: {listed})")
+            out.append(redact_text(f"{field}={value!r}: registry not allowed (allowed: {listed})"))
     return out
 
 

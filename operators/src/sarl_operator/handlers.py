@@ -49,6 +49,7 @@ import kopf
 from sarl.integrations.cluster import check_cluster
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
+from sarl.spec.secrets import redact_text
 from sarl_operator import builders, evaluation
 from sarl_operator.admission import allowed_registries, image_violations
 from sarl_operator.kube import (
@@ -278,8 +279,9 @@ def reconcile(
             *builders.inference_services(exp, namespace, platform),
         ]
     except (SpecError, ValueError) as e:
-        _patch_status(body, patch, failed_status(str(e), generation, _now()), post_event)
-        raise kopf.PermanentError(str(e)) from e
+        message = redact_text(str(e))  # kopf logs it; the status shows it
+        _patch_status(body, patch, failed_status(message, generation, _now()), post_event)
+        raise kopf.PermanentError(message) from e
     ready = condition("Ready", "True", "SpecValid")
     try:
         run_id, url, tracking = ensure_tracking(body, exp, settings, tracker_factory)

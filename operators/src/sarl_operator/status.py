@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
+from sarl.spec.secrets import redact_text
 from sarl_operator.tracking import Progress
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -63,8 +64,8 @@ def condition(
 ) -> dict[str, Any]:
     """An operator condition (``lastTransitionTime`` is stamped by :func:`desired_status`)."""
     out: dict[str, Any] = {"type": type_, "status": status, "reason": reason}
-    if message:
-        out["message"] = message
+    if message:  # status is readable by everyone who can get the object: no credential in it
+        out["message"] = redact_text(message)
     return out
 
 

@@ -38,6 +38,7 @@ import kopf
 from sarl.integrations.cluster import check_cluster
 from sarl.spec.experiment import API_VERSION, KIND
 from sarl.spec.loader import SpecError, load_study
+from sarl.spec.secrets import redact_text
 from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study
 from sarl_operator import study_builders, study_status
 from sarl_operator.admission import image_violations
@@ -297,9 +298,10 @@ def reconcile(
         if refused:
             raise ValueError("; ".join(refused))
     except (SpecError, ValueError) as e:
-        failed = failed_status(str(e), meta.get("generation"), _now())
+        message = redact_text(str(e))  # kopf logs it; the status shows it
+        failed = failed_status(message, meta.get("generation"), _now())
         _patch_status(body, patch, failed, post_event, WATCHED)
-        raise kopf.PermanentError(str(e)) from e
+        raise kopf.PermanentError(message) from e
     status = body.get("status") or {}
     try:
         run_id, url, tracking = ensure_parent_run(body, study, settings, tracker_factory)

@@ -1,8 +1,24 @@
-"""Read a request body under a byte limit and decode it as a JSON object.
+"""Read a request body under byte, memory and depth limits and decode it as a JSON object.
 
-Called by the embedding and reward routes before any parsing, so an oversize upload is refused
-with 413 from its ``Content-Length`` header or, for chunked uploads, as soon as the bytes read
-pass the limit — the body is never buffered beyond it.
+Called by the embedding and reward routes (one :class:`BodyReader` per service process) before
+any parsing. Memory is bounded before it is spent, in three steps:
+
+1. **Bytes on the wire**: an oversize upload is refused with 413 from its ``Content-Length``
+   or, for chunked uploads, as soon as the bytes read pass ``--max-body-bytes``.
+2. **Bodies in flight**: every body's bytes are reserved in the process-wide
+   :class:`~sarl_services.limits.BodyBudget` before they are read, and the memory decoding
+   will take before it is decoded; a body that does not fit waits briefly, then gets 503 +
+   Retry-After unread. Until the handler reads, uvicorn holds at most 64 KiB of a body per
+   connection and stops reading the socket (uvicorn 0.54.0,
+   ``uvicorn/protocols/http/flow_control.py``: ``HIGH_WATER_LIMIT``, applied in
+   ``httptools_impl.py`` / ``h11_impl.py``), so waiting bodies cost no memory.
+3. **Decoded size**: :func:`sarl_services.json_scan.scan` counts the body's values and nesting
+   on its bytes first. A body nested deeper than :data:`MAX_DEPTH` gets 400; one whose
+   decoding would take more than :data:`DECODE_FACTOR` x ``--max-body-bytes`` (e.g. 32 MiB of
+   ``{"requests": [{}, {}, ...]}``, about 1.5 GB once decoded) gets 413; neither is decoded.
+
+So bodies being read and decoded take at most :data:`BUDGET_FACTOR` x ``--max-body-bytes``
+together, whatever clients send.
 """
 
 from __future__ import annotations
@@ -14,38 +30,100 @@ import orjson
 from fastapi import Request
 
 from sarl_services.errors import BadRequest, PayloadTooLarge
+from sarl_services.json_scan import JsonShape, TooDeep, scan
+from sarl_services.limits import BodyBudget
 
-# Bigger bodies are decoded on a worker thread so one large batch does not stall the event loop.
+#: Deepest nesting of arrays and objects a body may have; request bodies need 5 or so.
+MAX_DEPTH = 32
+#: Decoding one body may take at most this many times ``--max-body-bytes`` (orjson's parse tree
+#: and the Python objects). A body of float vectors (~20 bytes a number) takes ~3.7 times its
+#: size; 3 bytes of `{},` take ~47 times.
+DECODE_FACTOR = 6
+#: Bodies being received and decoded take at most this many times ``--max-body-bytes``
+#: together: one largest body (1 + DECODE_FACTOR) with room for a few more being received.
+BUDGET_FACTOR = 8
+# Bigger bodies are scanned and decoded on a worker thread so they do not stall the event loop.
 _DECODE_INLINE_BYTES = 256 * 1024
+_MiB = 2**20
+
+
+def _size(n: int) -> str:
+    return f"{n / _MiB:.1f} MiB" if n >= _MiB else f"{n} bytes"
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
+    return PayloadTooLarge(f"request body exceeds the limit of {limit} bytes (--max-body-bytes)")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """Return the raw body; :class:`PayloadTooLarge` (413) once it exceeds ``limit`` bytes."""
+def _declared_size(request: Request, limit: int) -> int | None:
     declared = request.headers.get("content-length")
-    if declared is not None:
+    if declared is None:
+        return None
+    try:
+        size = int(declared)
+    except ValueError as e:
+        raise BadRequest("Content-Length header is not an integer") from e
+    if size > limit:
+        raise _too_large(limit)
+    return size
+
+
+class BodyReader:
+    """Reads and decodes the bodies of one service's requests under ``limit`` bytes each and a
+    shared :class:`~sarl_services.limits.BodyBudget`; create one per process."""
+
+    def __init__(self, limit: int, *, budget: BodyBudget | None = None) -> None:
+        self.limit = limit
+        self.budget = budget or BodyBudget(BUDGET_FACTOR * limit)
+
+    async def read_json_object(self, request: Request) -> dict[str, Any]:
+        """The body as a JSON object: 413 over the byte limit or the decoded-size limit, 400
+        unless valid JSON, an object, and at most :data:`MAX_DEPTH` deep; 503 while the
+        budget for bodies in flight is spent."""
+        held = 0
         try:
-            size = int(declared)
-        except ValueError as e:
-            raise BadRequest("Content-Length header is not an integer") from e
-        if size > limit:
-            raise _too_large(limit)
-    chunks: list[bytes] = []
-    received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+            declared = _declared_size(request, self.limit)
+            if declared is not None:  # reserved before a byte is read
+                await self.budget.acquire(declared)
+                held = declared
+            raw = bytearray()
+            async for chunk in request.stream():
+                if len(raw) + len(chunk) > self.limit:
+                    raise _too_large(self.limit)
+                if len(raw) + len(chunk) > held:  # chunked upload: reserve as it arrives
+                    await self.budget.acquire(len(raw) + len(chunk) - held)
+                    held = len(raw) + len(chunk)
+                raw += chunk
+            shape = await self._scan(raw)
+            await self.budget.acquire(shape.decode_bytes)
+            held += shape.decode_bytes
+            return await _decode(raw)
+        finally:
+            if held:
+                self.budget.release(held)
+
+    async def _scan(self, raw: bytearray) -> JsonShape:
+        try:
+            if len(raw) > _DECODE_INLINE_BYTES:
+                shape = await asyncio.to_thread(scan, raw, MAX_DEPTH)
+            else:
+                shape = scan(raw, MAX_DEPTH)
+        except TooDeep as e:
+            raise BadRequest(
+                f"request body: arrays and objects nest deeper than {e.limit} levels, the limit; "
+                "no request needs more"
+            ) from e
+        if shape.decode_bytes > DECODE_FACTOR * self.limit:
+            raise PayloadTooLarge(
+                f"request body: decoding it would take about {_size(shape.decode_bytes)} "
+                f"({shape.values} JSON values in {len(raw)} bytes), over the limit of "
+                f"{DECODE_FACTOR} x --max-body-bytes ({_size(DECODE_FACTOR * self.limit)}); "
+                "send fewer values per request"
+            )
+        return shape
 
 
-async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
-    """Read the body (see :func:`read_body`) and decode it; 400 unless it is a JSON object."""
-    raw = await read_body(request, limit)
+async def _decode(raw: bytearray) -> dict[str, Any]:
     try:
         if len(raw) > _DECODE_INLINE_BYTES:
             payload = await asyncio.to_thread(orjson.loads, raw)

@@ -34,6 +34,32 @@ PortOpt = Annotated[int, typer.Option("--port", min=1, max=65535, help="HTTP por
 MaxBodyOpt = Annotated[
     int, typer.Option("--max-body-bytes", min=1, help="Larger bodies get HTTP 413.")
 ]
+HeaderTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--header-timeout-s",
+        min=0.001,
+        help="Seconds a client has to send a request's headers, from the connection's start or "
+        "the request's first byte; then 408 and the connection is closed.",
+    ),
+]
+BodyTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--body-timeout-s",
+        min=0.001,
+        help="Seconds a client has to send a request's body after its headers; then 408 and "
+        "the connection is closed.",
+    ),
+]
+MaxConnectionsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-connections",
+        min=1,
+        help="Open client connections; a connection beyond them gets 503 and is closed.",
+    ),
+]
 LoadDelayOpt = Annotated[
     float, typer.Option("--load-delay", min=0.0, hidden=True, help="Seconds before load() (tests).")
 ]
@@ -144,6 +170,9 @@ def embedding_command(
     max_inputs: MaxInputsOpt = 2048,
     max_input_chars: MaxCharsOpt = 1_000_000,
     max_body_bytes: MaxBodyOpt = 16 * 2**20,
+    header_timeout_s: HeaderTimeoutOpt = 10.0,
+    body_timeout_s: BodyTimeoutOpt = 20.0,
+    max_connections: MaxConnectionsOpt = 1024,
     load_delay: LoadDelayOpt = 0.0,
 ) -> None:
     """Serve POST /v1/embeddings (and /openai/v1/embeddings) for a sentence-transformers model."""
@@ -151,6 +180,7 @@ def embedding_command(
 
     import_kserve()
     from sarl.embedding.base import EmbeddingError
+    from sarl_services.connections import ConnectionLimits
     from sarl_services.embedding import EmbeddingModel, EmbeddingSettings, serve_embedding
     from sarl_services.metrics import EmbeddingMetrics
 
@@ -172,7 +202,10 @@ def embedding_command(
         embedding_model = EmbeddingModel(settings, EmbeddingMetrics.create())
     except (ValueError, EmbeddingError) as e:
         raise _fail(str(e).replace("embedder.model", "--model")) from e
-    serve_embedding(embedding_model, host=host, port=port, load_delay_s=load_delay)
+    connections = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)
+    serve_embedding(
+        embedding_model, host=host, port=port, load_delay_s=load_delay, connections=connections
+    )
 
 
 @app.command("reward")
@@ -189,6 +222,9 @@ def reward_command(
     deadline_s: DeadlineOpt = 10.0,
     max_body_bytes: MaxBodyOpt = 32 * 2**20,
     max_items: MaxItemsOpt = 1024,
+    header_timeout_s: HeaderTimeoutOpt = 10.0,
+    body_timeout_s: BodyTimeoutOpt = 20.0,
+    max_connections: MaxConnectionsOpt = 1024,
     name: RewardNameOpt = "sarl-reward",
     load_delay: LoadDelayOpt = 0.0,
     reward_settings: Annotated[
@@ -218,6 +254,7 @@ def reward_command(
     from sarl_services._kserve import import_kserve
 
     import_kserve()
+    from sarl_services.connections import ConnectionLimits
     from sarl_services.request_settings import RequestSettingsPolicy
     from sarl_services.reward import RewardServiceSettings, serve_reward
 
@@ -243,7 +280,8 @@ def reward_command(
         make_embedder(settings.embedder)
     except (ValueError, ValidationError, RuntimeError) as e:
         raise _fail(str(e).replace("embedder.model", "--embedding-model")) from e
-    serve_reward(settings, host=host, port=port, load_delay_s=load_delay)
+    connections = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)
+    serve_reward(settings, host=host, port=port, load_delay_s=load_delay, connections=connections)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ from sarl.embedding.factory import DEFAULT_LOCAL_MODEL
 from sarl.embedding.local import resolve_model_path
 from sarl_services.admission import Admission, Overloaded, RateEstimator
 from sarl_services.batching import Batcher, BatchSettings
-from sarl_services.body import read_json_object
+from sarl_services.body import BodyReader
+from sarl_services.connections import ConnectionLimits
 from sarl_services.disconnect import unless_disconnected
 from sarl_services.errors import BadRequest, NotFound, not_ready, service_route
 from sarl_services.metrics import EmbeddingMetrics
@@ -297,6 +298,7 @@ def build_router(model: EmbeddingModel) -> APIRouter:
     """The OpenAI-compatible routes, with and without the ``/openai`` prefix."""
     settings = model.settings
     metrics = model.metrics
+    bodies = BodyReader(settings.max_body_bytes)  # one budget for the process's bodies
 
     def observe(_: Request, status: int, __: str | None, seconds: float) -> None:
         metrics.requests.labels(status=str(status)).inc()
@@ -312,7 +314,7 @@ def build_router(model: EmbeddingModel) -> APIRouter:
     async def create_embedding(request: Request) -> Response:
         if not model.ready:
             raise not_ready(f"model {model.name!r}")
-        payload = await read_json_object(request, settings.max_body_bytes)
+        payload = await bodies.read_json_object(request)
         parsed = parse_embedding_request(
             payload, served_name=model.name, dim=model.dim, settings=settings
         )
@@ -331,7 +333,7 @@ def build_router(model: EmbeddingModel) -> APIRouter:
             )
         if not model.ready:
             raise not_ready(f"model {model.name!r}")
-        payload = await read_json_object(request, settings.max_body_bytes)
+        payload = await bodies.read_json_object(request)
         instances = check_inputs(payload.get("instances"), "instances", settings)
         vectors, _ = await unless_disconnected(request, encode(instances))
         metrics.texts.inc(len(instances))
@@ -370,7 +372,12 @@ def build_router(model: EmbeddingModel) -> APIRouter:
 
 
 def serve_embedding(
-    model: EmbeddingModel, *, host: str, port: int, load_delay_s: float = 0.0
+    model: EmbeddingModel,
+    *,
+    host: str,
+    port: int,
+    load_delay_s: float = 0.0,
+    connections: ConnectionLimits | None = None,
 ) -> None:
     """Serve ``model`` with its routes and metrics until stopped (called by ``sarl serve``)."""
     from sarl_services.server import serve
@@ -381,4 +388,5 @@ def serve_embedding(
         host=host,
         port=port,
         load_delay_s=load_delay_s,
+        connections=connections,
     )

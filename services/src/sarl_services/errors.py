@@ -17,12 +17,17 @@ from typing import Any
 import orjson
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect
 
 from sarl.embedding.base import EmbeddingError
 from sarl.rewards.registry import RewardConfigError
 from sarl.rewards.structure.requests import RequestError
 
 _LOG = logging.getLogger(__name__)
+
+#: Key in a request's ASGI ``scope["state"]`` that :mod:`sarl_services.connections` sets when the
+#: body did not arrive within ``--body-timeout-s``: the route answers 408, not 499.
+BODY_TIMED_OUT = "sarl.body_timed_out"
 
 
 class ServiceError(Exception):
@@ -77,6 +82,13 @@ class ClientClosed(ServiceError):
     kind = "client_closed_request"
 
 
+class RequestTimeout(ServiceError):
+    """408: the body did not arrive within ``--body-timeout-s``; the connection was closed."""
+
+    status = 408
+    kind = "request_timeout"
+
+
 class UpstreamError(ServiceError):
     """502: a backend this service depends on (the embedding endpoint) failed."""
 
@@ -92,6 +104,8 @@ def to_service_error(exc: BaseException) -> ServiceError:
     """Map any exception to the HTTP error it means (the only such mapping in the services)."""
     if isinstance(exc, ServiceError):
         return exc
+    if isinstance(exc, ClientDisconnect):  # the client left while its body was being read
+        return ClientClosed("the client closed the connection before sending its whole body")
     if isinstance(exc, EmbeddingError):
         return UpstreamError(f"embedding failed: {exc}")
     if isinstance(exc, RewardConfigError | RequestError):
@@ -140,7 +154,10 @@ def service_route(observe: Observer | None = None) -> type[APIRoute]:
                     response = await handler(request)
                 except Exception as e:
                     error = to_service_error(e)
-                    if error is not e:  # unexpected: keep the traceback in the log
+                    if isinstance(error, ClientClosed):  # counted (499 / 408), never logged
+                        if request.scope.get("state", {}).get(BODY_TIMED_OUT):
+                            error = RequestTimeout("the request body did not arrive in time")
+                    elif error is not e:  # unexpected: keep the traceback in the log
                         _LOG.exception("%s %s failed", request.method, request.url.path)
                     kind = error.kind
                     response = error_response(error)

@@ -85,7 +85,10 @@ DEFAULT_MAXIMA: Mapping[str, Mapping[str, float]] = {
 
 
 def _show(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # bodies are depth-limited before decoding; never a 500 anyway
+        return "a value nested too deeply to show"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

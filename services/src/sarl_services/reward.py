@@ -49,7 +49,8 @@ from sarl.embedding.factory import EmbedderConfig, make_embedder
 from sarl.rewards.registry import reward_names
 from sarl.rewards.structure.config import StructureRewardConfig
 from sarl_services.admission import Admission, BusyMeter, Overloaded, RateEstimator
-from sarl_services.body import read_json_object
+from sarl_services.body import BodyReader
+from sarl_services.connections import ConnectionLimits
 from sarl_services.disconnect import unless_disconnected
 from sarl_services.errors import BadRequest, NotFound, PayloadTooLarge, not_ready, service_route
 from sarl_services.limits import ConcurrencyLimiter
@@ -207,6 +208,7 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
 def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:
     """The reward routes; request counts, latency, errors and shed requests go to ``metrics``."""
     settings = model.settings
+    bodies = BodyReader(settings.max_body_bytes)  # one budget for the process's bodies
 
     def observe(request: Request, status: int, kind: str | None, seconds: float) -> None:
         name = request.path_params.get("name")
@@ -220,7 +222,7 @@ def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:
         if not model.ready:
             raise not_ready("reward service")
         check_reward(name)
-        payload = await read_json_object(request, settings.max_body_bytes)
+        payload = await bodies.read_json_object(request)
         items, requested = parse_body(payload, settings.max_items)
         reward_settings = model.reward_settings(name, requested)
         try:
@@ -245,7 +247,12 @@ def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:
 
 
 def serve_reward(
-    settings: RewardServiceSettings, *, host: str, port: int, load_delay_s: float = 0.0
+    settings: RewardServiceSettings,
+    *,
+    host: str,
+    port: int,
+    load_delay_s: float = 0.0,
+    connections: ConnectionLimits | None = None,
 ) -> None:
     """Build the model, routes and metrics; serve until stopped (``sarl serve``)."""
     from sarl_services.server import serve
@@ -264,4 +271,5 @@ def serve_reward(
         host=host,
         port=port,
         load_delay_s=load_delay_s,
+        connections=connections,
     )

@@ -14,6 +14,9 @@ that is no longer ready makes liveness fail too (:func:`sarl_services.routes.liv
 
 Only the service's routes and a few of KServe's are answered (:mod:`sarl_services.routes`):
 KServe's model-repository (load/unload), inference and metadata routes are closed.
+
+Connections are bounded by :mod:`sarl_services.connections` (header and body deadlines, a cap on
+open connections), whose protocol class replaces uvicorn's in KServe's REST server.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from typing import Any
 import kserve
 from fastapi import APIRouter
 from fastapi.exceptions import FastAPIDeprecationWarning
-from kserve.errors import ModelNotReady
+from kserve.errors import ModelNotFound, ModelNotReady
 
+from sarl_services.connections import ConnectionLimits, http_protocol
 from sarl_services.routes import ExposedRoutesOnly, exposed_routes, liveness_router
 
 _LOG = logging.getLogger(__name__)
@@ -43,8 +47,22 @@ class _DropNotReadyTracebacks(logging.Filter):
         return not (record.exc_info and isinstance(record.exc_info[1], ModelNotReady))
 
 
+class _OneLineModelNotFound(logging.Filter):
+    """KServe logs ``GET /v1/models/<unknown>`` (a client's 404) at ERROR with a full traceback
+    (``kserve/errors.py`` 0.21, ``model_not_found_handler``): keep one INFO line, the message
+    quoted so a name with a line break in it cannot forge a second line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], ModelNotFound):
+            record.msg, record.args = "404: %r", (str(record.exc_info[1]),)
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def _quiet_kserve_logs() -> None:
     logging.getLogger("kserve").addFilter(_DropNotReadyTracebacks())
+    logging.getLogger("kserve").addFilter(_OneLineModelNotFound())
     # Three timing lines per request duplicate the Prometheus histograms on /metrics.
     logging.getLogger("kserve.trace").setLevel(logging.WARNING)
     # KServe 0.21 builds its app with FastAPI's deprecated ORJSONResponse; nothing to act on here.
@@ -52,18 +70,23 @@ def _quiet_kserve_logs() -> None:
 
 
 class _ModelServer(kserve.ModelServer):  # type: ignore[misc]  # kserve ships no type hints
-    """KServe's ModelServer, bound to ``host`` instead of its hard-coded ``0.0.0.0``."""
+    """KServe's ModelServer, bound to ``host`` instead of its hard-coded ``0.0.0.0``, with
+    sarl's bounded HTTP protocol (:mod:`sarl_services.connections`) instead of uvicorn's."""
 
-    def __init__(self, *, host: str, **kwargs: Any) -> None:
+    def __init__(self, *, host: str, connections: ConnectionLimits, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._sarl_host = host
+        self._sarl_connections = connections
 
     async def _serve(self) -> None:
         # start() builds the REST server (whose uvicorn config says 0.0.0.0) and then runs
         # _serve(); the socket is bound only inside it, so the host can still be changed here
         # (a private hook: kserve is pinned to 0.21.x in services/pyproject.toml).
+        # The same holds for the protocol class: uvicorn resolves Config.http in load(), which
+        # runs inside serve() (uvicorn 0.54, uvicorn/config.py).
         if self._rest_server is not None:
             self._rest_server.config.host = self._sarl_host
+            self._rest_server.config.http = http_protocol(self._sarl_connections)
         await super()._serve()
 
 
@@ -88,8 +111,10 @@ def serve(
     host: str,
     port: int,
     load_delay_s: float = 0.0,
+    connections: ConnectionLimits | None = None,
 ) -> None:
-    """Serve ``model`` with ``router``'s routes on ``host:port`` until SIGTERM/SIGINT."""
+    """Serve ``model`` with ``router``'s routes on ``host:port`` until SIGTERM/SIGINT;
+    ``connections`` bounds each connection (default: :class:`ConnectionLimits`'s defaults)."""
     from kserve.model_server import app
 
     loaded = threading.Event()
@@ -101,6 +126,7 @@ def serve(
     app.add_middleware(ExposedRoutesOnly, routes=exposed_routes(router))
     server = _ModelServer(
         host=host,
+        connections=connections or ConnectionLimits(),
         http_port=port,
         workers=1,
         enable_grpc=False,

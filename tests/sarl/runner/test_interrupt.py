@@ -15,7 +15,12 @@ from sarl.runner.interrupt import Terminated, signals_interrupt
 
 @pytest.fixture(autouse=True)
 def restore_handlers() -> Iterator[None]:
+    """Each test starts from the dispositions of a plain process (SIG_DFL), not the caller's:
+    under ``nohup`` SIGHUP is inherited ignored, and ``signals_interrupt`` rightly keeps an
+    ignored signal ignored, so a test expecting ``Terminated`` must set what it needs."""
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    for s in saved:
+        signal.signal(s, signal.SIG_DFL)
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)

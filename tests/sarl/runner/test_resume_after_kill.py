@@ -68,6 +68,13 @@ main()
 
 
 @dataclass
+def _plain_signals() -> None:
+    """In the child: the dispositions of a plain process, not the caller's (under ``nohup`` or
+    a background job SIGHUP/SIGINT come ignored, and the run rightly keeps them ignored)."""
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 class Local:
     """One experiment's files: spec, workdir (shared policy cache), store, MLflow server."""
 
@@ -88,7 +95,12 @@ class Local:
         cmd = [sys.executable, "-c", textwrap.dedent(CHILD), "run", str(self.spec), "--local"]
         cmd += ["--workdir", str(self.workdir), "--tracking-uri", self.uri, *flags]
         return subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_plain_signals,
         )
 
     def run(self, *flags: str) -> subprocess.CompletedProcess[str]:

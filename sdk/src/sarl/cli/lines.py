@@ -22,6 +22,7 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from sarl import finite_json
 from sarl.cli import options as opt
 
 CHUNK_LINES = 1024
@@ -91,7 +92,8 @@ def one_line(error: BaseException, limit: int = 300) -> str:
 
 
 def decode_json(raw: bytes) -> Any:
-    """Decode one line as UTF-8 and parse it as JSON; :class:`LineError` says what is wrong."""
+    """Decode one line as UTF-8 and parse it as strict JSON (:func:`sarl.finite_json.loads`);
+    :class:`LineError` says what is wrong."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -99,7 +101,9 @@ def decode_json(raw: bytes) -> Any:
     if not text.strip():
         raise LineError("empty line (expected a JSON object)")
     try:
-        return json.loads(text)
+        return finite_json.loads(text)  # the services' contract: no NaN, Infinity or 1e309
+    except finite_json.NonFiniteNumber as e:
+        raise LineError(str(e)) from e
     except json.JSONDecodeError as e:
         raise LineError(f"invalid JSON: {e.msg} at column {e.colno}") from e
     except RecursionError as e:

@@ -142,12 +142,12 @@ def _load_settings(path: Path | None) -> dict[str, Any]:
         return {}
     if not path.is_file():
         raise opt.fail(f"--settings: no such file {str(path)!r}")
-    import yaml
+    from sarl.spec.documents import DocumentError, parse_yaml, read_spec_file
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
-        raise opt.fail(f"--settings {path}: not valid YAML or JSON: {lines.one_line(e)}") from e
+    try:  # YAML is a superset of JSON; the spec files' limits (size, depth, aliases) hold
+        data = parse_yaml(read_spec_file(path), str(path))
+    except DocumentError as e:
+        raise opt.fail(f"--settings: not valid YAML or JSON: {lines.one_line(e)}") from e
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -93,15 +93,17 @@ def parse_settings(name: str, settings: Mapping[str, Any] | BaseModel | None) ->
         return cls.Settings.model_validate(raw)
     except ValidationError as e:
         # Imported here: sarl.spec imports this module. The value may be a credential (a URL
-        # with user:password@, a token): redacted, and the message too.
-        from sarl.spec.secrets import redact, redact_text
+        # with user:password@, a token): redacted, shown only when it is a number or a short
+        # word, and removed from the validator's message.
+        from sarl.spec.secrets import describe_value, redact, redact_text, scrub_values
 
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
         key = str(first["loc"][-1]) if first["loc"] else ""
-        value = redact(first.get("input"), key)
+        value = describe_value(redact(first.get("input"), key))
+        msg = scrub_values(str(first["msg"]), first.get("input"))
         raise RewardConfigError(
-            redact_text(f"reward {name!r}: setting {loc!r}={value!r}: {first['msg']}")
+            redact_text(f"reward {name!r}: setting {loc!r}={value}: {msg}")
         ) from e
 
 

@@ -1,11 +1,12 @@
 """Load an Experiment (or a Study) from YAML (file or text) or a dict, with one-line errors.
 
 Called by ``sarl run``/``sarl validate``, ``sarl.Client`` and the operator. Errors name the
-field path and the offending value, e.g.
-``spec.algorithm.learning_rate=-1.0: Input should be greater than 0``. A value that looks like a
-credential is never shown: the models refuse credentials first, naming only the field
-(:mod:`sarl.spec.secrets`), values shown in other errors are redacted, and every message goes
-through :func:`~sarl.spec.secrets.redact_text`.
+field path and, for a number, the offending value, e.g.
+``spec.algorithm.learning_rate=-1.0: Input should be greater than 0``; any other value is shown
+as its type only (``metadata.name=<str>: ...``): a string in any field may be a credential no
+rule recognises. The models refuse credentials first, naming only the field
+(:mod:`sarl.spec.secrets`), the input's strings are removed from validators' messages, and
+every message goes through :func:`~sarl.spec.secrets.redact_text`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from sarl.rewards.registry import RewardConfigError
+from sarl.spec.documents import DocumentError, check_tree, parse_yaml, read_spec_file
 from sarl.spec.experiment import Experiment
-from sarl.spec.secrets import SecretInSpecError, redact, redact_text
+from sarl.spec.secrets import SecretInSpecError, describe_value, redact, redact_text, scrub_values
 from sarl.spec.study import Study, StudyFieldError
 
 _MAX_VALUE = 80
@@ -34,8 +36,9 @@ class SpecError(ValueError):
 
 
 def _show(value: Any, key: str = "") -> str:
-    """The value as the message prints it: redacted (``key`` is the field's name), then cut."""
-    text = repr(redact(value, key))
+    """The value as the message prints it: a number as it is (redacted under a secret-named
+    ``key``), anything else as its type only (:func:`~sarl.spec.secrets.describe_value`)."""
+    text = describe_value(redact(value, key))
     return text if len(text) <= _MAX_VALUE else text[: _MAX_VALUE - 3] + "..."
 
 
@@ -54,6 +57,7 @@ def format_validation_error(err: ValidationError, source: str = "") -> str:
     ctx_err = (first.get("ctx") or {}).get("error")
     if isinstance(ctx_err, RewardConfigError):
         msg = str(ctx_err)
+    msg = scrub_values(msg, first.get("input"))  # validators may word errors with {v!r}
     where = f"{source}: " if source else ""
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     if isinstance(ctx_err, SecretInSpecError):  # names the field, never the value
@@ -63,7 +67,7 @@ def format_validation_error(err: ValidationError, source: str = "") -> str:
     )
     if isinstance(ctx_err, StudyFieldError):  # a cross-field Study rule names its own field
         loc, value = ctx_err.loc, f"={_show(ctx_err.value, _key(ctx_err.loc))}"
-        msg = ctx_err.message
+        msg = scrub_values(ctx_err.message, ctx_err.value)
     return redact_text(f"{where}{loc or 'document'}{value}: {msg}{more}")
 
 
@@ -86,12 +90,16 @@ def load_document(source: str | Path | dict[str, Any]) -> tuple[dict[str, Any], 
         path = Path(source)
         if not path.is_file():
             raise SpecError(f"{path}: no such file")
-        label, text = str(path), path.read_text(encoding="utf-8")
-        data = _parse_yaml(text, label)
+        label = str(path)
+        data = _parse_yaml(path, label)
     elif isinstance(source, str):
         data = _parse_yaml(source, "<text>")
     else:
         data = source
+        try:  # the same depth and size limits as a parsed file (the operator, sarl.Client)
+            check_tree(data, label)
+        except DocumentError as e:
+            raise SpecError(str(e)) from e
     if not isinstance(data, dict):
         raise SpecError(
             f"{label or 'document'}: expected a mapping with apiVersion, kind, "
@@ -110,15 +118,14 @@ def validate_document(data: dict[str, Any], label: str = "") -> Experiment:
         raise SpecError(f"{label + ': ' if label else ''}{e}") from e
 
 
-def _parse_yaml(text: str, label: str) -> Any:
-    import yaml
-
+def _parse_yaml(source: str | Path, label: str) -> Any:
+    """A file's or a text's YAML within :mod:`sarl.spec.documents`' limits (size, UTF-8,
+    depth, alias expansion); SpecError with one line otherwise."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise SpecError(f"{label}:{where}: invalid YAML: {getattr(e, 'problem', e)}") from e
+        text = read_spec_file(source) if isinstance(source, Path) else source
+        return parse_yaml(text, label)
+    except DocumentError as e:
+        raise SpecError(str(e)) from e
 
 
 def load_study(source: str | Path | dict[str, Any] | Study) -> Study:
@@ -137,6 +144,7 @@ def validate_study(data: dict[str, Any], label: str = "") -> Study:
         raise SpecError(format_validation_error(e, label)) from e
     except StudyFieldError as e:
         where = f"{label}: " if label else ""
-        raise SpecError(f"{where}{e.loc}={_show(e.value, _key(e.loc))}: {e.message}") from e
+        message = scrub_values(e.message, e.value)
+        raise SpecError(f"{where}{e.loc}={_show(e.value, _key(e.loc))}: {message}") from e
     except (RewardConfigError, ValueError) as e:
         raise SpecError(f"{label + ': ' if label else ''}{e}") from e

@@ -20,27 +20,43 @@ Rules (a string value anywhere in the document, at any depth):
 1. **A URL with userinfo** (``scheme://user[:password]@host``, RFC 3986's authority): refused
    whatever the field (``storage.endpoint_url``, ``tracking.mlflow_uri``, embedder/judge URLs in
    reward settings, a URL inside ``extra_args``). A user without a password is refused too: a
-   token is often passed as the user (``https://<token>@host``).
+   token is often passed as the user (``https://<token>@host``). Scheme-less forms too:
+   ``user:password@host:port`` and ``//user[:password]@host`` (``alice@example.com`` passes).
 2. **Token shapes** that are credentials by their format alone: AWS access key ids
    (``AKIA``/``ASIA`` + 16), PEM private keys (``-----BEGIN ... PRIVATE KEY-----``), GitHub
    (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36, ``github_pat_``), GitLab (``glpat-``),
    Hugging Face (``hf_`` + 30), OpenAI/Anthropic-style (``sk-`` + 20), Slack (``xox?-``), Google
    API keys (``AIza`` + 35), Stripe live keys, JSON Web Tokens (``eyJ...eyJ...sig``) and
-   ``Bearer <16+ chars>``. To keep false positives low, the random part after a vendor prefix
+   ``Bearer <16+ chars>``, ``Basic <base64>``. To keep false positives low, the random part after a vendor prefix
    must mix character classes (upper, lower, digit: two of them; ``sk-`` all three, so a model
    called ``sk-llama-3-8b-instruct-v2`` passes).
-3. **A literal under a secret-named key**: the key's last word is ``password``, ``passwd``,
-   ``passphrase``, ``secret``, ``token``, ``api_key``/``apikey``, ``access_key``,
-   ``secret_key``, ``private_key``, ``client_secret``, ``auth_token`` or ``session_token``
-   (``camelCase``, ``-`` and ``.`` normalised to ``_``), and the value is a non-empty string or
-   a number. Not refused: keys that *name* where the secret is (``api_key_env``,
-   ``token_file``, ``secret_name``: their last word is not in the list), the Secret-name fields
-   ``credentials_secret``/``existing_secret``, tokenizer vocabulary (``eos_token``,
-   ``pad_token``..., or a value such as ``<think>``/``[SEP]``), references ``$VAR``/``${VAR}``,
-   booleans, null, and nested mappings (e.g. a ``secretKeyRef``), which are checked key by key.
+3. **A value under a secret-named key.** A key is secret-named when, with its separators
+   removed (``PassWord``, ``pass-phrase``, ``X-Api-Key``, ``mysqlPassword``), it contains
+   ``password``, ``passwd``, ``passphrase``, ``pwd``, ``secret``, ``credential``, ``creds``,
+   ``apikey``, ``privatekey``, ``accesskey``, ``authorization``, ``authtoken``, ``bearer``,
+   ``cookie``... (:data:`_SECRET_WORDS`), or its last word (``camelCase``, ``snake``,
+   ``kebab`` split) is ``pass``, ``pw``, ``token`` or ``auth`` (``db_pass``, ``hf_token``; not
+   ``pass_at_k``, ``token_budget``). Under such a key every leaf is refused but null, booleans,
+   ``""``, references ``$VAR``/``${VAR}`` and tokenizer vocabulary (``<think>``, ``[SEP]``):
+   strings, numbers, dates (YAML reads ``2024-01-01`` as one); a list is judged item by item; a
+   mapping is refused whole unless it is a reference to a Secret (keys such as ``secret_name``,
+   ``name``, ``key``, ``secretKeyRef``: ``hf_token: {secret_name: hf, key: HF_TOKEN}``). Not
+   secret-named: keys that *name* where the secret is or describe it (last word ``env``,
+   ``file``, ``path``, ``name``, ``ref``, ``type``, ``url``...: ``api_key_env``, ``token_file``,
+   ``secret_name``), the Secret-name fields ``credentials_secret``/``existing_secret``/
+   ``image_pull_secrets``, and tokenizer vocabulary keys (``eos_token``, ``pad_token``...).
+4. **A secret-named flag's or setting's value inside a string**: ``--api-key=v``,
+   ``--api-key v``, ``["--api-key", "v"]`` in an argument list, ``password=v``,
+   ``X-Api-Key: v``, ``?access_token=v``.
+
+Last line, for whatever the rules miss: every printed or logged spec goes through
+:func:`redact`, every message through :func:`redact_text`, and error messages show an input
+value only when it is a number or a short non-random word (:func:`describe_value`), with the
+input's other strings removed from validators' messages (:func:`scrub_values`); the operator
+redacts status conditions, ``PermanentError`` and admission messages.
 
 Not caught: a bare random string under an innocent key (indistinguishable from an id or a
-hash), a password in a URL whose ``/`` is not percent-encoded (not a valid URL: the consumer
+hash; an error about that field shows ``<str>`` instead of it), a password in a URL whose ``/`` is not percent-encoded (not a valid URL: the consumer
 would not read it as credentials either).
 """
 
@@ -64,8 +80,17 @@ _USERINFO_HINT: Final = (
     "or, on a cluster, a Kubernetes Secret (spec.storage.credentials_secret)"
 )
 
-# RFC 3986: authority = [ userinfo "@" ] host; userinfo has no '/', '?', '#' or '@'.
-_USERINFO: Final = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/?#@\s]+@")
+# RFC 3986: authority = [ userinfo "@" ] host. A raw '@' in a password is invalid but common:
+# the userinfo runs to the authority's last '@' so that no part of the password is left over.
+_USERINFO: Final = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s]+@")
+# Scheme-less authorities that clients still read as credentials: ``user:password@host[:port]``
+# (MLflow and boto accept a bare host) and network-path references ``//user[:password]@host``.
+# ``user@host`` without ``//`` and without ':' is an e-mail address or ``git@host``: allowed.
+_BARE_USERINFO: Final = re.compile(
+    r"(?:(?<![A-Za-z0-9+.\-:/])//[^/?#\s]+@"
+    r"|(?<![A-Za-z0-9._~%!$&'()*+,;=:/@\-])[A-Za-z0-9._~%!$&'()*+,;=\-]+:[^/?#\s]*@)"
+    r"(?=[A-Za-z0-9\[])"
+)
 
 
 def _classes(text: str) -> int:
@@ -119,14 +144,40 @@ _TOKEN_RULES: Final[tuple[_TokenRule, ...]] = (
         re.compile(_B + r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{10,}"),
     ),
     _TokenRule("a bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{16,}=*")),
+    _TokenRule(  # HTTP Basic credentials: base64 of user:password ("Basic arithmetic" passes)
+        "a basic-auth credential",
+        re.compile(r"(?i)\bbasic\s+(?P<body>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])"),
+        2,
+    ),
 )
 
-_SECRET_KEY: Final = re.compile(
-    r"(?:^|_)(?:password|passwd|passphrase|secret|token|api_?key|access_?key|secret_?key|"
-    r"private_?key|client_?secret|auth_?token|session_?token)$"
+#: Words that make a key secret-named wherever they stand in it, found in the key with every
+#: separator removed, so ``PassWord``, ``pass-phrase``, ``X-Api-Key`` and ``mysqlPassword``
+#: match as well as ``password``.
+_SECRET_WORDS: Final = re.compile(
+    r"password|passwd|passphrase|passcode|pwd|secret|credential|creds|apikey|privatekey|"
+    r"accesskey|authorization|authtoken|apitoken|accesstoken|refreshtoken|sessiontoken|"
+    r"bearer|cookie|sshkey|signingkey|encryptionkey|masterkey|licensekey|deploykey"
 )
+#: Words that are secret-named only as a key's last word: ``db_pass``, ``hf_token``,
+#: ``basic_auth`` are credentials, ``pass_at_k``, ``token_budget``, ``auth_url`` are not.
+_SECRET_LAST_WORDS: Final = frozenset({"pass", "pw", "token", "auth"})
+#: A key ending in one of these words names *where* a secret is (``api_key_env``,
+#: ``token_file``, ``secret_name``, ``secret_key_ref``), or describes it (``auth_type``).
+_REFERENCE_WORDS: Final = frozenset(
+    {
+        "env", "envvar", "var", "variable", "file", "path", "dir", "name", "names", "ref",
+        "type", "kind", "method", "scheme", "url", "uri", "endpoint", "host",
+    }
+)  # fmt: skip
 #: Keys that hold the *name* of a Kubernetes Secret, not a secret.
-_SECRET_NAME_KEYS: Final = frozenset({"credentials_secret", "existing_secret"})
+_SECRET_NAME_KEYS: Final = frozenset(
+    {"credentials_secret", "existing_secret", "image_pull_secrets"}
+)
+#: Keys a reference to a secret is made of (``hf_token: {secret_name: hf, key: HF_TOKEN}``,
+#: ``valueFrom: {secretKeyRef: {name, key}}``): a mapping under a secret-named key is
+#: accepted when all its keys are these or reference keys, and refused whole otherwise.
+_REFERENCE_KEYS: Final = frozenset({"name", "key", "optional", "namespace", "value_from"})
 #: Tokenizer vocabulary ("eos_token: </s>") is not a credential.
 _VOCAB_KEY: Final = re.compile(
     r"(?:^|_)(?:eos|bos|pad|unk|sep|cls|mask|stop|start|end|special|think|answer|step|tool)"
@@ -135,41 +186,108 @@ _VOCAB_KEY: Final = re.compile(
 _VOCAB_VALUE: Final = re.compile(r"^(?:<[^<>\s]+>|\[[A-Za-z_]+\])$")
 _REFERENCE: Final = re.compile(r"^\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)$")
 _LITERAL: Final = "a literal value under a secret-named key"
+_NESTED: Final = "a mapping under a secret-named key (only a reference such as {secret_name, key})"
+_ASSIGNED: Final = "a value given to a secret-named flag or setting inside a string"
+# ``--api-key=v``, ``--api-key v`` (a flag's value) and ``password=v``, ``X-Api-Key: v``,
+# ``?access_token=v`` (an assignment inside a string): credentials when the name is secret-named
+# (:func:`is_secret_key`). ``lead`` is kept when redacting, ``value`` replaced. An assignment's
+# name has no '.': ``spec.tracking.tags.token: holds ...`` is an error message, not a token.
+_FLAG_VALUE: Final = re.compile(
+    r"(?<![\w\-])(?P<lead>--?(?P<name>[A-Za-z][\w.\-]*)(?:=|\s+))(?P<value>[^\s'\"]+)"
+)
+_ASSIGNMENT: Final = re.compile(
+    r"(?<![\w.\-])(?P<lead>(?P<name>[A-Za-z][\w\-]*)\s*[=:]\s*)"
+    r"(?P<value>(?:(?:basic|bearer|token|digest)\s+)?[^\s,;'\"&]+)",
+    re.IGNORECASE,
+)
+#: A list item that is a flag alone (``["--api-key", "<value>"]``): the next item is its value.
+_FLAG_ALONE: Final = re.compile(r"^--?(?P<name>[A-Za-z][\w.\-]*)$")
 
 
 def _normalise_key(key: str) -> str:
-    """``apiKey``, ``API-Key``, ``tags.api.key`` -> ``api_key``-style snake case."""
-    snake = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key)
-    return re.sub(r"[\-. ]+", "_", snake).lower()
+    """``apiKey``, ``APIKey``, ``API-Key``, ``tags.api.key`` -> ``api_key``-style snake case."""
+    snake = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", key)
+    snake = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", snake)
+    return re.sub(r"[^A-Za-z0-9]+", "_", snake).strip("_").lower()
 
 
 def is_secret_key(key: str) -> bool:
-    """Whether a mapping key names a secret value (rule 3 of the module docstring)."""
+    """Whether a mapping key (or a command-line flag's name) names a secret value (rule 3 of
+    the module docstring)."""
     name = _normalise_key(key)
-    return (
-        bool(_SECRET_KEY.search(name))
-        and name not in _SECRET_NAME_KEYS
-        and not _VOCAB_KEY.search(name)
-    )
+    words = name.split("_")
+    if (
+        not name
+        or name in _SECRET_NAME_KEYS
+        or words[-1] in _REFERENCE_WORDS
+        or _VOCAB_KEY.search(name)
+    ):
+        return False
+    return words[-1] in _SECRET_LAST_WORDS or bool(_SECRET_WORDS.search(name.replace("_", "")))
+
+
+def _is_reference_key(key: str) -> bool:
+    name = _normalise_key(key)
+    return name in _REFERENCE_KEYS or name.split("_")[-1] in _REFERENCE_WORDS
+
+
+def _is_plain_value(value: str) -> bool:
+    """An empty string, a ``$VAR`` reference or tokenizer vocabulary: not a secret anywhere."""
+    return not value.strip() or bool(_REFERENCE.match(value) or _VOCAB_VALUE.match(value))
+
+
+def _assigned_secrets(text: str) -> list[re.Match[str]]:
+    """The ``--secret-flag=value`` and ``secret_name=value`` assignments inside ``text``."""
+    found = []
+    for pattern in (_FLAG_VALUE, _ASSIGNMENT):
+        for m in pattern.finditer(text):
+            value = m["value"]
+            named = is_secret_key(m["name"]) and not value.startswith("-") and len(value) >= 4
+            if named and not _is_plain_value(value) and value != REDACTED:
+                found.append(m)
+    return found
 
 
 def secret_kind(value: Any, key: str = "") -> str | None:
-    """What secret ``value`` (found under ``key``) looks like, or None; never the value."""
+    """What secret ``value`` (a leaf found under ``key``) looks like, or None; never the value.
+    Under a secret-named key every leaf but null, a boolean, an empty string, a ``$VAR``
+    reference and tokenizer vocabulary is a secret: a number, a date (YAML reads
+    ``2024-01-01`` as one), bytes as well as a string."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, str):
-        if _USERINFO.search(value):
+        if _USERINFO.search(value) or _BARE_USERINFO.search(value):
             return "a URL with credentials (user:password@)"
         for rule in _TOKEN_RULES:
             if rule.matches(value):
                 return rule.kind
-        reference = _REFERENCE.match(value) or _VOCAB_VALUE.match(value)
-        if not value.strip() or reference or not is_secret_key(key):
-            return None
-        return _LITERAL
-    if isinstance(value, int | float) and is_secret_key(key):
-        return _LITERAL
-    return None
+        if _assigned_secrets(value):
+            return _ASSIGNED
+        return _LITERAL if is_secret_key(key) and not _is_plain_value(value) else None
+    if isinstance(value, Mapping | list | tuple):  # containers: see find_secret
+        return None
+    return _LITERAL if is_secret_key(key) else None
+
+
+def _refused_whole(value: Mapping[Any, Any], key: str) -> bool:
+    """A non-empty mapping under a secret-named key that is not a reference to a Secret."""
+    return (
+        bool(value)
+        and is_secret_key(key)
+        and not all(isinstance(k, str) and _is_reference_key(k) for k in value)
+    )
+
+
+def _item_keys(items: list[Any] | tuple[Any, ...], key: str) -> list[str]:
+    """The key each list item is judged under: the list's, or a secret-named flag's name for
+    the item after the flag alone (``["--api-key", "<value>"]``)."""
+    keys = [key] * len(items)
+    for i, item in enumerate(items[:-1]):
+        flag = _FLAG_ALONE.match(item) if isinstance(item, str) else None
+        after = items[i + 1]
+        if flag and is_secret_key(flag["name"]) and not str(after).startswith("-"):
+            keys[i + 1] = flag["name"]
+    return keys
 
 
 @dataclass(frozen=True)
@@ -221,6 +339,8 @@ def find_secret(value: Any, path: str = "", key: str = "") -> SecretFinding | No
     if isinstance(value, BaseModel):
         value = value.model_dump()
     if isinstance(value, Mapping):
+        if _refused_whole(value, key):
+            return SecretFinding(path, _NESTED)
         for k, v in value.items():
             if isinstance(k, str) and secret_kind(k) is not None:  # never put it in the path
                 return SecretFinding(join_path(path, "<a key>"), f"{secret_kind(k)} as a key")
@@ -229,8 +349,8 @@ def find_secret(value: Any, path: str = "", key: str = "") -> SecretFinding | No
                 return found
         return None
     if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = find_secret(item, f"{path}[{i}]", key)
+        for i, (item, item_key) in enumerate(zip(value, _item_keys(value, key), strict=True)):
+            found = find_secret(item, f"{path}[{i}]", item_key)
             if found is not None:
                 return found
         return None
@@ -249,9 +369,66 @@ def redact_text(text: str) -> str:
     """``text`` with URL userinfo and token-shaped credentials replaced by ``***`` (rules 1, 2;
     a key's literal is only known in a structure: see :func:`redact`)."""
     text = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+    text = _BARE_USERINFO.sub(lambda m: f"{'//' if m[0].startswith('//') else ''}{REDACTED}@", text)
     for rule in _TOKEN_RULES:
         text = rule.redact(text)
+    for m in reversed(sorted(_assigned_secrets(text), key=lambda m: m.start("value"))):
+        text = text[: m.start("value")] + REDACTED + text[m.end("value") :]
     return text
+
+
+_SHOWABLE: Final = re.compile(r"^[A-Za-z0-9_.\-/ ]{0,40}$")
+
+
+def _showable(value: Any) -> bool:
+    """Whether an error message may show ``value``: a number, a boolean, null, or a short word
+    that does not look random (``'dpo'``, ``'Bad_Name'``, ``'16GB'``: what a typo looks like).
+    A string mixing upper case, lower case and digits, or letters and digits over 16
+    characters, or holding any other character (``:``, ``@``, ``=``...) is a credential as often
+    as not, whatever field it was put in."""
+    if isinstance(value, bool | int | float) or value is None:
+        return True
+    if not isinstance(value, str) or not _SHOWABLE.match(value):
+        return False
+    letters_and_digits = any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
+    return _classes(value) < 3 and not (len(value) > 16 and letters_and_digits)
+
+
+def describe_value(value: Any) -> str:
+    """What an error message shows of an input value (after :func:`redact`): a number, a
+    boolean or a short word (:func:`_showable`), or a short list of them, as it is; anything
+    else as its type only (``<str>``, ``<mapping>``, ``<list>``, ``<date>``), since a string
+    under any key may be a credential no rule recognises (a token pasted in a wrong field)."""
+    if value == REDACTED or _showable(value):
+        return repr(value)
+    if isinstance(value, list | tuple) and all(_showable(v) for v in value):
+        text = repr(list(value))
+        return text if len(text) <= 80 else "<list>"
+    if isinstance(value, Mapping):
+        return "<mapping>"
+    return f"<{type(value).__name__}>"
+
+
+def scrub_values(text: str, value: Any) -> str:
+    """``text`` (a validator's message) without the strings ``value`` holds that an error may
+    not show (:func:`_showable`): a validator that words its error with ``{v!r}`` would echo
+    what the rules did not recognise. Quoted
+    occurrences are replaced whatever their length, bare ones from 8 characters on (shorter
+    ones are words of the message too often)."""
+    hidden = (leaf for leaf in _string_leaves(value) if not _showable(leaf))
+    for leaf in sorted(hidden, key=len, reverse=True):
+        text = text.replace(repr(leaf), "<the value>")
+        if len(leaf) >= 8:
+            text = text.replace(leaf, "<the value>")
+    return redact_text(text)
+
+
+def _string_leaves(value: Any) -> set[str]:
+    if isinstance(value, Mapping):
+        return {s for v in value.values() for s in _string_leaves(v)}
+    if isinstance(value, list | tuple | set):
+        return {s for item in value for s in _string_leaves(item)}
+    return {value} if isinstance(value, str) and value else set()
 
 
 def redact(value: Any, key: str = "") -> Any:
@@ -260,12 +437,14 @@ def redact(value: Any, key: str = "") -> Any:
     are replaced in place). Mappings and lists are copied (tuples become lists), other values
     returned as they are. The one redaction used before a spec is logged or printed."""
     if isinstance(value, Mapping):
+        if _refused_whole(value, key):
+            return REDACTED
         return {_redact_key(k): redact(v, str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact(item, key) for item in value]
+        return [redact(item, k) for item, k in zip(value, _item_keys(value, key), strict=True)]
     if isinstance(value, str):
-        return REDACTED if _is_literal_secret(value, key) else redact_text(value)
-    if isinstance(value, int | float) and not isinstance(value, bool) and is_secret_key(key):
+        return REDACTED if is_secret_key(key) and not _is_plain_value(value) else redact_text(value)
+    if secret_kind(value, key) is not None:  # a number, a date... under a secret-named key
         return REDACTED
     return value
 
@@ -274,19 +453,17 @@ def _redact_key(key: Any) -> Any:
     return redact_text(key) if isinstance(key, str) else key
 
 
-def _is_literal_secret(value: str, key: str) -> bool:
-    return secret_kind(value, key) == _LITERAL
-
-
 __all__ = [
     "REDACTED",
     "SecretFinding",
     "SecretInSpecError",
+    "describe_value",
     "find_secret",
     "is_secret_key",
     "join_path",
     "redact",
     "redact_text",
     "refuse_secrets",
+    "scrub_values",
     "secret_kind",
 ]

@@ -32,9 +32,11 @@ from sarl.spec.presets import deep_merge
 from sarl.spec.secrets import (
     REDACTED,
     SecretInSpecError,
+    describe_value,
     join_path,
     redact,
     refuse_secrets,
+    scrub_values,
 )
 
 STUDY_KIND: Final = "Study"
@@ -58,7 +60,8 @@ class StudyFieldError(ValueError):
         self.loc = loc
         self.value = value
         self.message = message
-        super().__init__(f"{loc}={redact(value, loc.rsplit('.', 1)[-1])!r}: {message}")
+        shown = describe_value(redact(value, loc.rsplit(".", 1)[-1]))
+        super().__init__(f"{loc}={shown}: {scrub_values(message, value)}")
 
 
 class StudyArm(_Strict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -26,8 +27,21 @@ SLEEPY = (
 )
 
 
-def sleepy_pool(workers: int = 1, timeout: float = 0.5) -> mv.BoundedProcessPool:
-    return mv.BoundedProcessPool(workers, timeout, 30.0, command=[sys.executable, "-c", SLEEPY])
+# The same, but answering with its process id, and taking a second to start.
+PID_WORKER = SLEEPY.replace("print(1,", "print(os.getpid(),").replace(
+    "import json, sys, time\n", "import json, os, sys, time\ntime.sleep(1)\n"
+)
+# Runs math-verify for minutes (SymPy evaluating a tower of powers) unless interrupted.
+HOSTILE = "\\boxed{2^{2^{2^{2^{2^{2}}}}}}"
+
+
+def sleepy_pool(
+    workers: int = 1, timeout: float = 0.5, script: str = SLEEPY
+) -> mv.BoundedProcessPool:
+    # The stand-in has no timer of its own: the pool's kill at the timeout is what stops it.
+    return mv.BoundedProcessPool(
+        workers, timeout, 30.0, command=[sys.executable, "-c", script], kill_margin_seconds=0.0
+    )
 
 
 def test_registered_with_ground_truth_settings() -> None:
@@ -56,13 +70,76 @@ def test_a_dead_worker_counts_as_timed_out_without_waiting() -> None:
         pool.close()
 
 
-def test_a_starting_worker_gets_the_startup_grace() -> None:
-    pool = sleepy_pool(timeout=0.1)  # grace 30 s: the first answer may take longer than 0.1 s
+def test_start_up_is_not_charged_to_a_call() -> None:
+    pool = sleepy_pool(timeout=0.5, script=PID_WORKER)  # workers take 1 s to say "ready"
     try:
-        assert pool.map([("0.5", "")]) == [1]
-        assert pool.map([("0.5", "")]) == [mv.TIMED_OUT]  # ready now: no grace
+        assert pool.map([("0.2", "")]) != [mv.TIMED_OUT]  # its 0.5 s start once it is ready
+        assert pool.map([("3", "")]) == [mv.TIMED_OUT]
     finally:
         pool.close()
+
+
+def test_a_timed_out_call_is_replaced_by_a_spare_already_running() -> None:
+    """The worker after a timeout is the spare started before it, not a new one to wait for
+    (the old pool started the replacement on the next call and granted it the start-up grace
+    again, so a hostile item cost timeout + 60 s)."""
+    pool = sleepy_pool(timeout=0.3, script=PID_WORKER)
+    try:
+        [first] = pool.map([("0", "")])
+        spare = set(pool.pids()) - {first}
+        assert len(spare) == 1  # started with the first worker
+        assert pool.map([("5", "")]) == [mv.TIMED_OUT]
+        assert pool.map([("0", "")]) == list(spare)
+        assert first not in pool.pids() and len(pool.pids()) == 2  # killed; a new spare
+    finally:
+        pool.close()
+
+
+def test_concurrent_maps_share_the_warm_workers() -> None:
+    pool = sleepy_pool(timeout=5.0, script=PID_WORKER)
+    try:
+        answers: list[int | mv.TimedOut] = []
+        threads = [
+            threading.Thread(target=lambda: answers.extend(pool.map([("0.1", "")] * 2)))
+            for _ in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(answers) == 6 and len(set(answers)) == 1  # one worker served all six
+    finally:
+        pool.close()
+    assert mv.shared_pool(1, 60.0) is mv.shared_pool(1, 60.0)
+
+
+def test_cancel_kills_the_worker_of_a_running_call() -> None:
+    pool = sleepy_pool(timeout=600.0, script=PID_WORKER)
+    cancel = threading.Event()
+    try:
+        [worker] = pool.map([("0", "")])
+        answers: list[int | mv.TimedOut] = []
+        thread = threading.Thread(
+            target=lambda: answers.extend(pool.map([("600", "")] * 3, cancel=cancel))
+        )
+        thread.start()
+        while worker in pool.pids():  # idle workers are listed; the busy one is not
+            time.sleep(0.01)
+        cancel.set()
+        thread.join(60)
+        assert not thread.is_alive() and answers == [mv.TIMED_OUT] * 3
+        assert not _alive(worker)  # killed, not left to sleep for 600 s
+        assert pool.timeouts == 0  # cancelled calls are not timeouts
+    finally:
+        pool.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_workers_run_in_parallel_within_one_deadline() -> None:
@@ -92,13 +169,11 @@ def test_falls_back_to_answers_equal_without_math_verify(
 
 
 def test_a_timed_out_comparison_falls_back_and_is_counted() -> None:
-    reward = create_reward("ground_truth_math_verify")
+    reward = create_reward("ground_truth_math_verify", {"timeout_seconds": 0.3})
     assert isinstance(reward, mv.MathVerifyReward)
     if reward._pool is None:
         pytest.skip("math-verify is not installed")
-    reward._pool.close()
     reward._pool = sleepy_pool(timeout=0.3)  # every comparison "hangs" past the bound
-    assert reward._pool.map([("0", "")]) == [1]  # started: the startup grace is used up
     out = reward.score_samples([Sample("\\boxed{5}", ground_truth="5")])[0]  # sleeps 5 s
     assert out.score == 1.0  # answers_equal decided
     assert out.components["verifier_timeout"] == 1.0 and out.components["math_verify"] == 0.0
@@ -163,3 +238,52 @@ def test_numbers_past_the_digit_limit_do_not_raise(real: mv.MathVerifyReward) ->
         ]
     )
     assert [o.score for o in out] == [0.0, 1.0]
+
+
+def test_a_hostile_comparison_costs_its_timeout_and_keeps_the_worker() -> None:
+    """The worker's own timer (math-verify's mechanism, ``math_verify/utils.py`` of math-verify
+    0.9.0, raising a BaseException that ``math_verify/grader.py``'s ``except Exception`` blocks
+    let through) stops the runaway comparison: the next one is answered by the same warm
+    worker, and math-verify still decides it."""
+    pytest.importorskip("math_verify")
+    reward = create_reward("ground_truth_math_verify", {"timeout_seconds": 1.0})
+    assert isinstance(reward, mv.MathVerifyReward) and reward._pool is not None
+    try:
+        reward.score_samples([Sample("\\boxed{1}", ground_truth="1")])  # workers warm
+        before = set(reward._pool.pids())
+        restarts = reward._pool.restarts
+        out = reward.score_samples(
+            [Sample(HOSTILE, ground_truth="3"), Sample("\\boxed{0.5}", ground_truth="1/2")]
+        )
+        assert [o.components["verifier_timeout"] for o in out] == [1.0, 0.0]
+        assert out[1].components["math_verify"] == 1.0 and out[1].score == 1.0
+        assert reward._pool.restarts == restarts and set(reward._pool.pids()) == before
+        assert reward.stats().timeouts == 1
+    finally:
+        reward.close()
+
+
+def test_closing_a_reward_stops_its_running_comparison() -> None:
+    """What the reward service does when a request's client leaves: the worker running the
+    request's comparison is killed (not left to spin for its timeout), a spare takes its
+    place, and the next reward of the process scores on the shared pool."""
+    pytest.importorskip("math_verify")
+    reward = create_reward("ground_truth_math_verify", {"timeout_seconds": 600.0})
+    assert isinstance(reward, mv.MathVerifyReward) and reward._pool is not None
+    pool = reward._pool
+    reward.score_samples([Sample("\\boxed{1}", ground_truth="1")])  # a worker and a spare
+    idle = set(pool.pids())
+    thread = threading.Thread(target=reward.score_samples, args=([Sample(HOSTILE, "3")],))
+    thread.start()
+    while set(pool.pids()) == idle:  # until its worker is checked out
+        time.sleep(0.01)
+    [busy] = idle - set(pool.pids())
+    reward.close()
+    thread.join(60)
+    assert not thread.is_alive() and not _alive(busy)
+    again = create_reward("ground_truth_math_verify")
+    try:
+        [out] = again.score_samples([Sample("\\boxed{2/4}", ground_truth="0.5")])
+        assert out.components["math_verify"] == 1.0
+    finally:
+        again.close()

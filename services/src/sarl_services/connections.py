@@ -1,0 +1,195 @@
+"""Bound what one client connection may hold: deadlines for its request headers and body, and a
+cap on open connections.
+
+Used by :func:`sarl_services.server.serve`, which hands the protocol class that
+:func:`http_protocol` builds to uvicorn (through KServe's REST server) for both services; the
+limits come from ``sarl serve``'s ``--header-timeout-s``, ``--body-timeout-s`` and
+``--max-connections``.
+
+Why our own protocol: uvicorn 0.54 (``uvicorn/protocols/http/httptools_impl.py``, the protocol
+its ``http="auto"`` picks since httptools is installed with KServe) arms only a keep-alive
+timer, and only after a response; a connection that sends part of a request is never timed
+out. Its ``limit_concurrency`` answers 503 only once a request's headers are complete, so it
+cannot bound connections that never complete them (3,000 such connections stayed open,
+limited only by the file-descriptor limit). Hence, per connection:
+
+* **headers**: from the connection's start, or from the first byte of each further request, the
+  headers must be complete within ``header_timeout_s`` — a deadline, not an idle timer, so a
+  client trickling a byte a second is closed too — and within 64 KiB (else 431). A connection
+  idle between requests is still closed by uvicorn's keep-alive timer (KServe's 65 s).
+* **body**: from the end of the headers, the body must be complete within ``body_timeout_s``.
+  The route then sees the client as gone (``http.disconnect``) and answers 408 (see
+  :data:`sarl_services.errors.BODY_TIMED_OUT`), which is what the client reads.
+* **cap**: a connection beyond ``max_connections`` open ones gets 503 and is closed at once,
+  before anything is read or a task started.
+
+A slow client is thus held at most ``header_timeout_s + body_timeout_s`` (10 s + 20 s by
+default). Closed and refused connections are counted in one warning line per minute at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from sarl_services.errors import BODY_TIMED_OUT
+
+_LOG = logging.getLogger(__name__)
+
+#: Request line plus headers (nginx's default is 4 x 8 KiB; KServe clients send well under 1 KiB).
+MAX_HEADER_BYTES = 64 * 1024
+
+
+def _response(status: str, retry_after: bool = False) -> bytes:
+    extra = b"retry-after: 1\r\n" if retry_after else b""
+    return (
+        b"HTTP/1.1 " + status.encode() + b"\r\ncontent-length: 0\r\nconnection: close\r\n"
+        + extra + b"\r\n"
+    )  # fmt: skip
+
+
+_TIMEOUT = _response("408 Request Timeout")
+_HEADERS_TOO_LARGE = _response("431 Request Header Fields Too Large")
+_OVER_CAP = _response("503 Service Unavailable", retry_after=True)
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Per-connection deadlines (seconds) and the cap on open connections."""
+
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 20.0
+    max_connections: int = 1024
+
+    def __post_init__(self) -> None:
+        if not (self.header_timeout_s > 0 and self.body_timeout_s > 0):
+            raise ValueError("header and body timeouts must be positive")
+        if self.max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+
+
+class _Tally:
+    """Counts connections closed or refused by reason; logs the counts at most once a minute
+    (3,000 slow clients must not write 3,000 lines)."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        self.every_s = every_s
+        self.counts: dict[str, int] = {}
+        self.logged_at = -float("inf")
+
+    def note(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        now = time.monotonic()
+        if now - self.logged_at >= self.every_s:
+            summary = ", ".join(f"{k}: {v}" for k, v in sorted(self.counts.items()))
+            _LOG.warning("connections closed or refused since the last report: %s", summary)
+            self.counts.clear()
+            self.logged_at = now
+
+
+class _BoundedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the deadlines and the cap of the module docstring."""
+
+    limits: ClassVar[ConnectionLimits]
+    tally: ClassVar[_Tally]
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._header_bytes = 0
+        self._awaiting_headers = True
+        self._refused = len(self.connections) >= self.limits.max_connections
+        if self._refused:  # not added to the server's connections; nothing is read
+            self.transport = transport
+            transport.write(_OVER_CAP)
+            transport.close()
+            self.tally.note("over --max-connections")
+            return
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().data_received(data)
+        # Counted here, not in on_header: httptools buffers a header's value until it is
+        # complete, so an endless value would never reach on_header.
+        if self._awaiting_headers:
+            self._header_bytes += len(data)
+            if self._header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+                self._close(_HEADERS_TOO_LARGE, "headers over 64 KiB")
+
+    # -- parser callbacks (called by httptools from inside data_received) ---------------------
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        self._awaiting_headers = True
+        self._arm_header_timer()  # restarts the deadline at the first byte of this request
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_headers = False
+        self._cancel(self._header_timer)
+        self._header_timer = None
+        self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_late)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._cancel(self._body_timer)
+        self._body_timer = None
+        super().on_message_complete()
+
+    # -- deadlines ------------------------------------------------------------------------------
+    def _arm_header_timer(self) -> None:
+        self._cancel(self._header_timer)
+        self._header_timer = self.loop.call_later(self.limits.header_timeout_s, self._headers_late)
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        # A response still being written (a pipelined request behind it) must not be corrupted.
+        answering = self.cycle is not None and not self.cycle.response_complete
+        self._close(None if answering else _TIMEOUT, "headers not complete in time")
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        cycle = self.cycle
+        if cycle is None or cycle.response_started:  # answered already (e.g. 413 from headers)
+            self._close(None, "body not complete in time")
+            return
+        # The route is waiting in receive(): make it see the client as gone now, and mark why,
+        # so it answers (and counts) 408 rather than 499. Its response is dropped (disconnected);
+        # the client reads the 408 written here.
+        cycle.scope.setdefault("state", {})[BODY_TIMED_OUT] = True
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self._close(_TIMEOUT, "body not complete in time")
+
+    def _close(self, response: bytes | None, reason: str) -> None:
+        if self.transport.is_closing():
+            return
+        if response is not None:
+            self.transport.write(response)
+        self.transport.close()
+        self.tally.note(reason)
+
+    def _cancel_timers(self) -> None:
+        self._cancel(self._header_timer)
+        self._cancel(self._body_timer)
+
+    @staticmethod
+    def _cancel(timer: asyncio.TimerHandle | None) -> None:
+        if timer is not None:
+            timer.cancel()
+
+
+def http_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    """The uvicorn HTTP protocol class (``uvicorn.Config.http``) that enforces ``limits``."""
+    return type("SarlHttpProtocol", (_BoundedProtocol,), {"limits": limits, "tally": _Tally()})

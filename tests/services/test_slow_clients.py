@@ -1,0 +1,197 @@
+"""Slow and vanishing clients against a real reward service over real sockets (issue 20, items 4
+and 5).
+
+One ``sarl serve reward`` subprocess with short deadlines (``--header-timeout-s 1
+--body-timeout-s 1``) and a small cap (``--max-connections 12``); its embedder is never called
+(only ``ground_truth`` is scored). Every assertion is on a mechanism — the server closing the
+connection, the 408/503/431 it writes, a Prometheus counter, the service log — and the waits are
+bounded generously (60 s) so the tests hold on a busy machine; how long a slow client is really
+held is measured separately (reported in issue 20's closing note), never asserted here.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from sarl_services.testing import ServiceProcess, running_service
+
+pytestmark = pytest.mark.slow  # a real service subprocess
+
+MAX_CONNECTIONS = 12
+#: How long the test waits for the server to act; the server's deadlines are 1 s.
+BOUND_S = 60.0
+PARTIAL_HEADERS = b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\nX-Slow: "
+PARTIAL_BODY = (
+    b"POST /v1/rewards/ground_truth HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+    b'Content-Length: 200\r\n\r\n{"requests": [{"response": "'
+)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
+    args = [
+        "--embedder", "openai", "--embedding-url", "http://127.0.0.1:9", "--embedding-model", "x",
+        "--header-timeout-s", "1", "--body-timeout-s", "1",
+        "--max-connections", str(MAX_CONNECTIONS),
+    ]  # fmt: skip
+    with running_service("reward", args, log_dir=tmp_path_factory.mktemp("slow")) as s:
+        yield s
+
+
+def _connect(service: ServiceProcess) -> socket.socket:
+    host, port = service.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=BOUND_S)
+    return sock
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection; fails if it does not close
+    it within BOUND_S (the recv timeout)."""
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        pytest.fail(f"the server kept the connection open for {BOUND_S:g} s; got {data[:80]!r}")
+    except ConnectionResetError:
+        pass  # closed with a reset: closed all the same
+    finally:
+        sock.close()
+    return data
+
+
+def _metric(service: ServiceProcess, line_prefix: str) -> float:
+    for line in httpx.get(f"{service.url}/metrics").text.splitlines():
+        if line.startswith(line_prefix + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _wait_for_metric(service: ServiceProcess, line_prefix: str, above: float) -> float:
+    deadline = time.monotonic() + BOUND_S
+    while (value := _metric(service, line_prefix)) <= above and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return value
+
+
+@pytest.mark.parametrize("sent", [b"", PARTIAL_HEADERS], ids=["nothing sent", "partial headers"])
+def test_connection_without_complete_headers_is_closed_with_408(
+    service: ServiceProcess, sent: bytes
+) -> None:
+    socks = [_connect(service) for _ in range(4)]
+    for sock in socks:
+        sock.sendall(sent)
+    for sock in socks:
+        assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+
+
+def test_headers_trickled_byte_by_byte_are_closed_at_the_deadline(service: ServiceProcess) -> None:
+    """A byte every 0.1 s keeps an idle timer from ever firing; the header deadline is
+    absolute. Trickling all 600 bytes would take 60 s: the server must close the connection
+    first (a send then fails, or the read sees the 408 and the close)."""
+    sock = _connect(service)
+    sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: test\r\n")
+    sock.settimeout(0.1)  # the pause between bytes; a reply or a close ends it early
+    answer = None
+    for byte in b"X-Trickle: " + b"a" * 589:
+        try:
+            sock.sendall(bytes([byte]))
+            answer = sock.recv(65536)  # the 408, or b"" at the close
+        except TimeoutError:
+            continue  # still open: send the next byte
+        except OSError:  # EPIPE / ECONNRESET: the server closed it
+            answer = b""
+        break
+    sock.close()
+    assert answer is not None, "the server read 600 header bytes trickled over 60 s"
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 408 ")
+
+
+def test_partial_body_is_closed_with_408_and_counted(service: ServiceProcess) -> None:
+    counter = 'sarl_reward_requests_total{reward="ground_truth",status="408"}'
+    before = _metric(service, counter)
+    sock = _connect(service)
+    sock.sendall(PARTIAL_BODY)
+    assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+    assert _wait_for_metric(service, counter, before) == before + 1
+
+
+def test_oversize_headers_get_431(service: ServiceProcess) -> None:
+    sock = _connect(service)
+    sock.sendall(PARTIAL_HEADERS + b"a" * (80 * 1024))
+    assert _read_until_closed(sock).startswith(b"HTTP/1.1 431 ")
+
+
+def test_connections_over_the_cap_are_refused_with_503(service: ServiceProcess) -> None:
+    """Idle keep-alive connections (each served one request) fill the cap; one more is answered
+    503 and closed before it sends anything; once they are closed, connections are served again."""
+    host, port = service.url.removeprefix("http://").split(":")
+    held: list[http.client.HTTPConnection] = []
+    refused = 0
+    try:
+        for _ in range(MAX_CONNECTIONS + 3):
+            probe = _connect(service)
+            probe.settimeout(0.5)
+            try:
+                first = probe.recv(65536)  # an accepted connection sends nothing unasked
+            except TimeoutError:
+                probe.close()
+                conn = http.client.HTTPConnection(host, int(port), timeout=BOUND_S)
+                conn.request("GET", "/v2/health/live")
+                response = conn.getresponse()
+                response.read()
+                if response.status == 200:
+                    held.append(conn)
+                continue
+            probe.close()
+            assert first.startswith(b"HTTP/1.1 503 "), first
+            refused += 1
+        assert len(held) <= MAX_CONNECTIONS
+        assert refused >= 3
+    finally:
+        for conn in held:
+            conn.close()
+    deadline = time.monotonic() + BOUND_S
+    while service.status("/v2/health/live") != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert service.status("/v2/health/live") == 200
+
+
+def test_client_leaving_mid_body_is_counted_499_without_traceback(
+    service: ServiceProcess,
+) -> None:
+    counter = 'sarl_reward_requests_total{reward="ground_truth",status="499"}'
+    internal = 'sarl_reward_errors_total{reward="ground_truth",type="internal_error"}'
+    before, internal_before = _metric(service, counter), _metric(service, internal)
+    for _ in range(5):
+        sock = _connect(service)
+        sock.sendall(PARTIAL_BODY)
+        sock.close()  # before the body deadline: the client left
+    assert _wait_for_metric(service, counter, before + 4) == before + 5
+    assert _metric(service, internal) == internal_before
+    log = service.log_path.read_text(errors="replace")
+    assert "Traceback" not in log
+    assert "ClientDisconnect" not in log
+
+
+def test_unknown_model_logs_one_line(service: ServiceProcess) -> None:
+    name = f"no-such-model-{uuid.uuid4().hex}"
+    assert service.status(f"/v1/models/{name}") == 404
+    deadline = time.monotonic() + BOUND_S
+    lines: list[str] = []
+    while time.monotonic() < deadline:
+        lines = [line for line in service.log_tail(200).splitlines() if name in line]
+        if any("404 Not Found" in line for line in lines):  # the access log line comes last
+            break
+        time.sleep(0.1)
+    messages = [line for line in lines if "does not exist" in line]
+    assert len(messages) == 1, lines
+    assert "ERROR" not in messages[0]
+    assert "Traceback" not in service.log_path.read_text(errors="replace")
