@@ -7,6 +7,12 @@ One ``sarl serve reward`` subprocess with short deadlines (``--header-timeout-s 
 connection, the 408/503/431 it writes, a Prometheus counter, the service log — and the waits are
 bounded generously (60 s) so the tests hold on a busy machine; how long a slow client is really
 held is measured separately (reported in issue 20's closing note), never asserted here.
+
+Upstream behaviour these tests stand against (read in .venv): uvicorn 0.54,
+``uvicorn/protocols/http/httptools_impl.py`` (the protocol ``http="auto"`` picks with httptools
+0.9 installed) arms only a keep-alive timer after a response, and its ``limit_concurrency``
+acts only once headers are complete; KServe 0.21 (``kserve/protocol/rest/server.py``) passes
+neither to uvicorn, and ``kserve/errors.py`` logs a ModelNotFound with its traceback at ERROR.
 """
 
 from __future__ import annotations
