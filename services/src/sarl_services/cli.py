@@ -145,6 +145,14 @@ QueueOpt = Annotated[
 MaxItemsOpt = Annotated[
     int, typer.Option("--max-items", min=1, help="Items per request; more get 413.")
 ]
+MaxVerifyOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-verify-s",
+        help="ground_truth_math_verify: largest worst case per request (items x "
+        "timeout_seconds / workers); more get 413.",
+    ),
+]
 RewardNameOpt = Annotated[
     str, typer.Option("--name", help="KServe model name (readiness: GET /v1/models/<name>).")
 ]
@@ -222,6 +230,7 @@ def reward_command(
     deadline_s: DeadlineOpt = 10.0,
     max_body_bytes: MaxBodyOpt = 32 * 2**20,
     max_items: MaxItemsOpt = 1024,
+    max_verify_s: MaxVerifyOpt = 60.0,
     header_timeout_s: HeaderTimeoutOpt = 10.0,
     body_timeout_s: BodyTimeoutOpt = 20.0,
     max_connections: MaxConnectionsOpt = 1024,
@@ -273,6 +282,7 @@ def reward_command(
             deadline_s=deadline_s,
             max_body_bytes=max_body_bytes,
             max_items=max_items,
+            max_verify_s=max_verify_s,
             reward_defaults=_reward_defaults(reward_settings or []),
             request_settings=RequestSettingsPolicy().with_maxima(_max_settings(max_settings or [])),
         )

@@ -28,7 +28,11 @@ first come first served): a structure request's work is its distinct step texts,
 embedding them dominates its cost; the rate is measured over whole admitted requests (texts
 completed per second with any of them under way: embedding service and its queue, clustering
 and all included); a request whose expected completion passes ``--deadline-s`` gets 503
-``overloaded`` with Retry-After. Rewards without text to embed bring no work here. (2) the count
+``overloaded`` with Retry-After. Every other reward is admitted by expected time, on a queue
+of its own in seconds (:mod:`sarl_services.item_costs`: measured seconds per item of each
+reward, bounded for ``ground_truth_math_verify`` by its ``timeout_seconds``); a math-verify
+request whose worst case (items × ``timeout_seconds`` / workers) passes ``--max-verify-s`` is
+refused up front with 413, asking the client to split it. (2) the count
 limit (:mod:`sarl_services.limits`): ``--max-concurrency`` scored at once, ``--max-queue`` waiting.
 Shed requests are counted in ``sarl_reward_shed_total{reward, reason}``.
 """
@@ -53,6 +57,7 @@ from sarl_services.body import BodyReader
 from sarl_services.connections import ConnectionLimits
 from sarl_services.disconnect import unless_disconnected
 from sarl_services.errors import BadRequest, NotFound, PayloadTooLarge, not_ready, service_route
+from sarl_services.item_costs import ItemCosts, worst_item_s
 from sarl_services.limits import ConcurrencyLimiter
 from sarl_services.metrics import RewardMetrics
 from sarl_services.request_settings import (
@@ -85,6 +90,7 @@ class RewardServiceSettings:
     deadline_s: float = 10.0  # admission: expected completion past this gets 503
     max_body_bytes: int = 32 * 2**20
     max_items: int = 1024  # items per request; beyond: 413
+    max_verify_s: float = 60.0  # a math-verify request's worst case (items x timeout); beyond: 413
     # Deployment-time settings per reward (``--reward-settings NAME=FILE``), e.g. the judge
     # endpoint of structured_qa; a request's settings go on top, within ``request_settings``.
     reward_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -98,6 +104,10 @@ class RewardServiceSettings:
                 raise ValueError(f"--{option.replace('_', '-')}: must be >= 1, got {value}")
         if self.max_queue < 0:
             raise ValueError(f"--max-queue: must be >= 0, got {self.max_queue}")
+        if not (self.max_verify_s > 0 and math.isfinite(self.max_verify_s)):
+            raise ValueError(
+                f"--max-verify-s: must be a number of seconds > 0, got {self.max_verify_s}"
+            )
         if not (self.deadline_s > 0 and math.isfinite(self.deadline_s)):
             raise ValueError(
                 f"--deadline-s: must be a number of seconds > 0, got {self.deadline_s}"
@@ -158,6 +168,12 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
         # way, i.e. what the whole path delivers (waiting for a slot, the embedding service and
         # its queue, clustering), not the embedder alone.
         self._busy = BusyMeter(self.admission.rate)
+        # Sample rewards: work in expected seconds, so the rate is 1 (never observed); the
+        # per-reward measurements are in the cost model.
+        self.timed_admission = Admission(
+            settings.deadline_s, RateEstimator(1.0), fair=False, unit="s"
+        )
+        self.costs = ItemCosts()
         self.limiter = ConcurrencyLimiter(settings.max_concurrency, settings.max_queue)
 
     def load(self) -> bool:
@@ -182,9 +198,8 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
     async def score(self, name: str, items: list[Any], settings: BaseModel) -> list[ItemResult]:
         """Admit, queue and score ``items`` with reward ``name``; one result or error object per
         item. :class:`~sarl_services.admission.Overloaded` when refused."""
-        if not isinstance(settings, StructureRewardConfig):  # no embedding work to admit
-            async with self.limiter.slot():
-                return await score_generic(name, items, settings)
+        if not isinstance(settings, StructureRewardConfig):
+            return await self._score_samples(name, items, settings)
         if self._embedder is None:  # reward "structure" (its scoring part)
             raise not_ready("reward service")
         self.limiter.ensure_room()  # a full queue refuses before any parsing, as before
@@ -203,6 +218,34 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
         finally:
             self._busy.end(done)
             self.admission.release(ticket)
+
+    async def _score_samples(
+        self, name: str, items: list[Any], settings: BaseModel
+    ) -> list[ItemResult]:
+        """Any reward but ``structure``: bounded (math-verify's worst case), admitted by
+        expected seconds, measured, then scored in a slot."""
+        worst = worst_item_s(settings)
+        if worst is not None and worst * len(items) > self.settings.max_verify_s:
+            raise PayloadTooLarge(
+                f"requests: {len(items)} items may take up to {worst * len(items):.0f} s of "
+                "math-verify (items x settings.timeout_seconds / workers), more than this "
+                f"service's {self.settings.max_verify_s:g} s per request (--max-verify-s); "
+                "split the request or lower settings.timeout_seconds",
+                param="requests",
+            )
+        self.limiter.ensure_room()
+        ticket = self.timed_admission.admit(self.costs.expected_s(name, settings, len(items)))
+        meter = self.costs.meter(name)
+        meter.begin()
+        done: int | None = None
+        try:
+            async with self.limiter.slot():
+                results = await score_generic(name, items, settings)
+            done = len(items)
+            return results
+        finally:
+            meter.end(done)
+            self.timed_admission.release(ticket)
 
 
 def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:

@@ -267,12 +267,13 @@ def test_python_api_refuses_too_without_the_value_in_the_validation_error() -> N
 
 
 def test_other_errors_print_values_redacted() -> None:
-    # A reward's own validation error shows the value: redacted (here the scheme is wrong, so
-    # the chat client's check fails and prints the URL it got).
+    # A reward's own validation error does not show a string that could be a credential (here
+    # the scheme is wrong, so the chat client's check fails and words its error with the URL).
     with pytest.raises(RewardConfigError) as info:
         parse_settings("rlkd", {"decomposer": chat(f"ftp://admin:{PASSWORD}@judge")})
     assert PASSWORD not in str(info.value)
-    assert "ftp://***@judge" in str(info.value)
+    assert "'decomposer.url'=<str>: " in str(info.value)
+    assert "got <the value>" in str(info.value)
 
 
 def test_secret_errors_keep_the_file_label(tmp_path: Path) -> None:

@@ -27,9 +27,9 @@ Rules (a string value anywhere in the document, at any depth):
    (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36, ``github_pat_``), GitLab (``glpat-``),
    Hugging Face (``hf_`` + 30), OpenAI/Anthropic-style (``sk-`` + 20), Slack (``xox?-``), Google
    API keys (``AIza`` + 35), Stripe live keys, JSON Web Tokens (``eyJ...eyJ...sig``) and
-   ``Bearer <16+ chars>``, ``Basic <base64>``. To keep false positives low, the random part after a vendor prefix
-   must mix character classes (upper, lower, digit: two of them; ``sk-`` all three, so a model
-   called ``sk-llama-3-8b-instruct-v2`` passes).
+   ``Bearer <16+ chars>``, ``Basic <base64>``. To keep false positives low, the random part
+   after a vendor prefix must mix character classes (upper, lower, digit: two of them; ``sk-``
+   all three, so a model called ``sk-llama-3-8b-instruct-v2`` passes).
 3. **A value under a secret-named key.** A key is secret-named when, with its separators
    removed (``PassWord``, ``pass-phrase``, ``X-Api-Key``, ``mysqlPassword``), it contains
    ``password``, ``passwd``, ``passphrase``, ``pwd``, ``secret``, ``credential``, ``creds``,
@@ -56,8 +56,9 @@ input's other strings removed from validators' messages (:func:`scrub_values`); 
 redacts status conditions, ``PermanentError`` and admission messages.
 
 Not caught: a bare random string under an innocent key (indistinguishable from an id or a
-hash; an error about that field shows ``<str>`` instead of it), a password in a URL whose ``/`` is not percent-encoded (not a valid URL: the consumer
-would not read it as credentials either).
+hash; an error about that field shows ``<str>`` instead of it), a password in a URL whose
+``/`` is not percent-encoded (not a valid URL: the consumer would not read it as credentials
+either).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ _USERINFO: Final = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s
 # ``user@host`` without ``//`` and without ':' is an e-mail address or ``git@host``: allowed.
 _BARE_USERINFO: Final = re.compile(
     r"(?:(?<![A-Za-z0-9+.\-:/])//[^/?#\s]+@"
-    r"|(?<![A-Za-z0-9._~%!$&'()*+,;=:/@\-])[A-Za-z0-9._~%!$&'()*+,;=\-]+:[^/?#\s]*@)"
+    r"|(?<![A-Za-z0-9._~%+:/@\-])[A-Za-z0-9._~%+\-]+:[^/?#\s]*@)"
     r"(?=[A-Za-z0-9\[])"
 )
 
@@ -192,12 +193,14 @@ _ASSIGNED: Final = "a value given to a secret-named flag or setting inside a str
 # ``?access_token=v`` (an assignment inside a string): credentials when the name is secret-named
 # (:func:`is_secret_key`). ``lead`` is kept when redacting, ``value`` replaced. An assignment's
 # name has no '.': ``spec.tracking.tags.token: holds ...`` is an error message, not a token.
+# Both are lookaheads, so matches may overlap: ``https://h/cb?access_token=v`` holds the
+# assignment ``https: //h/cb?access_token=v`` and, inside its value, ``access_token=v``.
 _FLAG_VALUE: Final = re.compile(
-    r"(?<![\w\-])(?P<lead>--?(?P<name>[A-Za-z][\w.\-]*)(?:=|\s+))(?P<value>[^\s'\"]+)"
+    r"(?=(?<![\w\-])(?P<lead>--?(?P<name>[A-Za-z][\w.\-]*)(?:=|\s+))(?P<value>[^\s'\"]+))"
 )
 _ASSIGNMENT: Final = re.compile(
-    r"(?<![\w.\-])(?P<lead>(?P<name>[A-Za-z][\w\-]*)\s*[=:]\s*)"
-    r"(?P<value>(?:(?:basic|bearer|token|digest)\s+)?[^\s,;'\"&]+)",
+    r"(?=(?<![\w.\-])(?P<lead>(?P<name>[A-Za-z][\w\-]*)\s*[=:]\s*)"
+    r"(?P<value>(?:(?:basic|bearer|token|digest)\s+)?[^\s,;'\"&]+))",
     re.IGNORECASE,
 )
 #: A list item that is a flag alone (``["--api-key", "<value>"]``): the next item is its value.
@@ -372,8 +375,14 @@ def redact_text(text: str) -> str:
     text = _BARE_USERINFO.sub(lambda m: f"{'//' if m[0].startswith('//') else ''}{REDACTED}@", text)
     for rule in _TOKEN_RULES:
         text = rule.redact(text)
-    for m in reversed(sorted(_assigned_secrets(text), key=lambda m: m.start("value"))):
-        text = text[: m.start("value")] + REDACTED + text[m.end("value") :]
+    spans: list[tuple[int, int]] = []  # the values' spans, overlapping ones merged
+    for start, end in sorted((m.start("value"), m.end("value")) for m in _assigned_secrets(text)):
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+        else:
+            spans.append((start, end))
+    for start, end in reversed(spans):
+        text = text[:start] + REDACTED + text[end:]
     return text
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -123,8 +123,7 @@ def test_cancel_kills_the_worker_of_a_running_call() -> None:
             target=lambda: answers.extend(pool.map([("600", "")] * 3, cancel=cancel))
         )
         thread.start()
-        while worker in pool.pids():  # idle workers are listed; the busy one is not
-            time.sleep(0.01)
+        _wait_for(lambda: worker not in pool.pids())  # idle workers are listed, busy ones not
         cancel.set()
         thread.join(60)
         assert not thread.is_alive() and answers == [mv.TIMED_OUT] * 3
@@ -132,6 +131,13 @@ def test_cancel_kills_the_worker_of_a_running_call() -> None:
         assert pool.timeouts == 0  # cancelled calls are not timeouts
     finally:
         pool.close()
+
+
+def _wait_for(condition: Callable[[], bool], limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s  # a bound against hanging, not a timing assertion
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.01)
 
 
 def _alive(pid: int) -> bool:
@@ -273,10 +279,11 @@ def test_closing_a_reward_stops_its_running_comparison() -> None:
     pool = reward._pool
     reward.score_samples([Sample("\\boxed{1}", ground_truth="1")])  # a worker and a spare
     idle = set(pool.pids())
-    thread = threading.Thread(target=reward.score_samples, args=([Sample(HOSTILE, "3")],))
+    thread = threading.Thread(
+        target=reward.score_samples, args=([Sample(HOSTILE, ground_truth="3")],)
+    )
     thread.start()
-    while set(pool.pids()) == idle:  # until its worker is checked out
-        time.sleep(0.01)
+    _wait_for(lambda: set(pool.pids()) != idle)  # its worker is checked out
     [busy] = idle - set(pool.pids())
     reward.close()
     thread.join(60)

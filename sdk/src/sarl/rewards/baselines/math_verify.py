@@ -344,8 +344,11 @@ class BoundedProcessPool:
                 self._idle.append(worker)
             elif healthy:
                 worker.kill()
-            else:
+            else:  # a spare (started ahead, ready by now) takes its place; a new spare starts
                 self.restarts += 1
+                self._spares = [w for w in self._spares if w.proc.poll() is None]
+                if self._spares and not self._closed:
+                    self._idle.append(self._spares.pop(0))
                 self._top_up_spares()
             self._cond.notify()
 
