@@ -25,6 +25,7 @@ from sarl.cli import (
     run,
     study,
     study_run,
+    tracking,
 )
 
 app = typer.Typer(
@@ -39,6 +40,7 @@ app.add_typer(reward.app, name="reward")
 app.add_typer(data.app, name="data")
 study.app.command("run")(study_run.run_command)
 app.add_typer(study.app, name="study")
+app.add_typer(tracking.app, name="tracking")
 app.command("map")(maps.map_command)
 app.command("demo")(demo.demo_command)
 app.command("run")(run.run_command)

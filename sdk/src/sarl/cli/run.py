@@ -110,6 +110,8 @@ def _print_summary(name: str, result: RunResult) -> None:
     console.print(table)
     console.print(f"MLflow run {result.run_id} at {result.run_url or result.tracking_uri}")
     console.print(f"checkpoints: {result.checkpoint_uri}")
+    if result.spooled:  # MLflow was away at the end; nothing is lost, it waits on disk
+        typer.echo(result.spooled_line())
 
 
 def validate_command(experiment: FileArg) -> None:

@@ -110,13 +110,23 @@ class EvalCallback(PeriodicCallback):
 class CheckpointCallback(TrainerCallback):
     """Asks the Trainer to save every N steps and at the last step, then uploads the trainer
     checkpoint (weights, optimizer, scheduler, RNG, trainer state) to the store. The store
-    writes the manifest last, so an interrupted upload never looks complete."""
+    writes the manifest last, so an interrupted upload never looks complete. ``before_save``
+    gets the local checkpoint directory before the upload (the session writes the tracking
+    spool's unsent tail into it)."""
 
-    def __init__(self, store: Any, every: int, metadata: Mapping[str, Any], keep_last: int):
+    def __init__(
+        self,
+        store: Any,
+        every: int,
+        metadata: Mapping[str, Any],
+        keep_last: int,
+        before_save: Callable[[Path], object] | None = None,
+    ):
         self.store = store
         self.every = every
         self.metadata = dict(metadata)
         self.keep_last = keep_last
+        self.before_save = before_save
         self.saved: list[int] = []
 
     def on_step_end(
@@ -134,6 +144,8 @@ class CheckpointCallback(TrainerCallback):
         local = output_dir / f"checkpoint-{step}"
         if not local.is_dir() or step in self.saved:
             return
+        if self.before_save is not None:
+            self.before_save(local)
         self.store.save(step, local, {**self.metadata, "step": step})
         self.store.prune(self.keep_last)
         self.saved.append(step)

@@ -48,6 +48,9 @@ class RunResult(display.Rendered):
     # ``--resume`` of a run that had finished: nothing was trained, logged or pruned.
     already_finished: bool = False
     name: str = ""  # the Experiment's name (``metadata.name``), also the MLflow run's name
+    # Tracking records MLflow had not taken when the run ended; ``sarl tracking flush`` sends them.
+    spooled: int = 0
+    spool_dir: str | None = None
 
     # -- data ------------------------------------------------------------------------------------
 
@@ -107,6 +110,15 @@ class RunResult(display.Rendered):
                 f"{title} at step {chosen}", [(f.stem, f) for f in files]
             )
 
+    def spooled_line(self) -> str:
+        """What to do about records MLflow had not taken at the end (empty when none)."""
+        if not self.spooled:
+            return ""
+        return (
+            f"tracking: {self.spooled} records still spooled in {self.spool_dir}; "
+            f"send them with: sarl tracking flush {self.spool_dir}"
+        )
+
     # -- rendering -------------------------------------------------------------------------------
 
     def _section(self) -> display.Section:
@@ -119,6 +131,8 @@ class RunResult(display.Rendered):
         if self.run_url is None and self.tracking_uri.startswith("sqlite:///"):
             lines.append(f"browse it: mlflow ui --backend-store-uri {self.tracking_uri}")
         lines.append(f"checkpoints: {self.checkpoint_uri}")
+        if self.spooled:
+            lines.append(self.spooled_line())
         metrics = display.Table(
             "final metrics",
             ("metric", "value"),

@@ -13,6 +13,14 @@ starts over from step 0 in that run); steps the run already holds are not logged
 (:meth:`~sarl.tracking.tracker.Tracker.skip_logged_steps`). A checkpoint at the run's last step
 means there is nothing to train: a FINISHED run is left untouched, one killed after its last
 checkpoint gets its final evaluation and is closed FINISHED.
+
+Tracking outages. Metrics, maps and evaluations go to the run's spool
+(``<run dir>/tracking/<run id>``, :mod:`sarl.tracking.spool`) and are sent in the background, so an
+MLflow outage never stops training. Every checkpoint carries the spool's unsent tail
+(``sarl-tracking-spool/`` among its files, written before the store makes it visible); a resume
+adopts it, so steps whose metrics had not reached MLflow are sent from there, even on another
+machine. At the end the run waits ``finish_wait_s`` for the drain; records left then are named
+in the result (:attr:`~sarl.runner.result.RunResult.spooled`) and sent by ``sarl tracking flush``.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from sarl.runner.local import LocalOptions, RunResult
 from sarl.runner.resume import RunLookup, planned_steps
 from sarl.runner.rundir import RunDir, RunMarker
 from sarl.spec.experiment import Experiment
+from sarl.tracking.tracker import ABORT_WAIT_S
 
 N_MAPS = 3  # sample responses drawn per map-logging step
 
@@ -74,7 +83,7 @@ class LocalSession:
                 status = "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
                 # Never mask the original error with a tracking failure.
                 with contextlib.suppress(Exception):
-                    self.tracker.finish(status)
+                    self.tracker.finish(status, wait_s=ABORT_WAIT_S)
             self._close_rewards()
         finally:
             self._stack.close()  # signal handlers back, then the lock
@@ -107,10 +116,10 @@ class LocalSession:
         trainer, record = self._trainer(model, tokenizer, train_problems)
         if latest is not None and latest.step >= planned_steps(trainer):
             return self._complete(store, latest, run_id, eval_problems)
-        self.tracker = self._tracker(run_id)
-        self.rundir.write_marker(RunMarker(self.tracker.run_id, self.tracking_uri, self.ckpt_uri))
         # A new run starts with an empty trainer/ (no checkpoint of a killed run in the way).
         resume_dir = self._download(store, latest) if latest else self.rundir.prepare_trainer(None)
+        self.tracker = self._tracker(run_id, resume_dir)
+        self.rundir.write_marker(RunMarker(self.tracker.run_id, self.tracking_uri, self.ckpt_uri))
         self._add_callbacks(trainer, record, store, eval_problems, tokenizer)
         if latest is None:
             # Step 0: the policy before any RL update, so a run's change in held-out accuracy is
@@ -132,6 +141,8 @@ class LocalSession:
             final_metrics=metrics,
             resumed_from=latest.step if latest else None,
             name=self.exp.name,
+            spooled=self.tracker.left,
+            spool_dir=str(self.tracker.spool_dir),
         )
 
     # -- nothing left to train -------------------------------------------------------------
@@ -151,10 +162,11 @@ class LocalSession:
         if run is not None and finished:
             url = run_url(self.tracking_uri, run.info.experiment_id, run.info.run_id)
         else:
-            self.tracker = self._tracker(run_id)
+            checkpoint = self._download(store, latest)  # its spool tail is sent with the run
+            self.tracker = self._tracker(run_id, checkpoint)
             key = eval_pass_at("heldout", self.exp.spec.evaluation.k)
             if self._logged.get(key, -1) < latest.step:
-                model, tokenizer = self._load_policy(self._download(store, latest))
+                model, tokenizer = self._load_policy(checkpoint)
                 metrics.update(self._evaluate(model, tokenizer, eval_problems, latest.step))
             self.tracker.finish("FINISHED")
             url = self.tracker.run_url
@@ -168,6 +180,8 @@ class LocalSession:
             resumed_from=latest.step,
             already_finished=finished,
             name=self.exp.name,
+            spooled=0 if self.tracker is None else self.tracker.left,
+            spool_dir=None if self.tracker is None else str(self.tracker.spool_dir),
         )
 
     # -- building blocks -------------------------------------------------------------------
@@ -204,14 +218,19 @@ class LocalSession:
         model = AutoModelForCausalLM.from_pretrained(path)
         return model, tokenizer
 
-    def _tracker(self, run_id: str | None) -> Any:
+    def _tracker(self, run_id: str | None, checkpoint: Path | None) -> Any:
+        """The run's tracker: ``run_id`` continued (adopting the spool tail ``checkpoint``
+        carries, if any) or a new run; its spool is ``<run dir>/tracking/<run id>``."""
         import yaml
 
         from sarl.spec.secrets import redact
+        from sarl.tracking.spool import IN_CHECKPOINT
         from sarl.tracking.tracker import Tracker, flatten_params
 
+        spools = self.root / "tracking"
         if run_id:
-            tracker = Tracker.resume(self.tracking_uri, run_id)
+            carried = [checkpoint / IN_CHECKPOINT] if checkpoint is not None else []
+            tracker = Tracker.resume(self.tracking_uri, run_id, spool_root=spools, carried=carried)
             # It replays the steps logged between its checkpoint and the interruption.
             self._logged = tracker.skip_logged_steps()
             return tracker
@@ -224,6 +243,7 @@ class LocalSession:
             tags={**tracking.tags, "sarl.backend": "local-trl"},
             params=flatten_params(spec["spec"]),
             spec_yaml=yaml.safe_dump(spec, sort_keys=False),
+            spool_root=spools,
         )
 
     def _download(self, store: Any, latest: Any) -> Path:
@@ -295,6 +315,7 @@ class LocalSession:
             MapsCallback,
             MetricsCallback,
         )
+        from sarl.tracking.spool import IN_CHECKPOINT
 
         spec = self.exp.spec
         self._metrics_cb = MetricsCallback(self.tracker, record)
@@ -316,6 +337,9 @@ class LocalSession:
                 spec.storage.every_n_steps,
                 {"mlflow_run_id": self.tracker.run_id, "experiment": self.exp.name},
                 spec.storage.keep_last,
+                # The step's metrics are spooled already (on_log runs before on_save); their
+                # unsent tail becomes part of the checkpoint before the store makes it visible.
+                before_save=lambda local: self.tracker.snapshot(local / IN_CHECKPOINT),
             )
         )
 

@@ -302,9 +302,10 @@ class CheckpointStore(ABC):
     def clean_leftovers(self) -> builtins.list[str]:
         """Remove what killed saves left behind and no running save owns; return the names.
 
-        Called when a run starts. Nothing by default: S3 has no locks to tell a dead save from
-        a running one; an S3 save replaces whatever its step prefix holds, and ``prune`` removes
-        incomplete steps older than the newest checkpoint.
+        Called when a run starts, with the run's lock held. Nothing by default. The S3 store
+        aborts incomplete multipart uploads initiated before it was opened (it has no locks to
+        tell a dead save's objects from a running one's: a save replaces whatever its step
+        prefix holds, and ``prune`` removes incomplete steps older than the newest checkpoint).
         """
         return []
 

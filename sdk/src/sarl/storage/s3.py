@@ -12,9 +12,19 @@ Failure behaviour: requests have a connect timeout of ``CONNECT_TIMEOUT`` s and 
 only when the connection failed before sending, as urllib3 retries only idempotent methods after
 that). When it still fails the operation raises :class:`~sarl.storage.base.StorageError` naming
 the endpoint, bucket/key and cause, and since the manifest is uploaded only after every file,
-nothing is marked complete: ``latest`` keeps returning the previous checkpoint. A failed
-multipart upload is aborted by minio; one of a killed process is not, and stays invisible but
-billed until a bucket lifecycle rule (AbortIncompleteMultipartUpload) removes it.
+nothing is marked complete: ``latest`` keeps returning the previous checkpoint.
+
+Incomplete multipart uploads: minio aborts the upload of a file that failed, but that abort is a
+request too, and it fails when the endpoint is down at that moment; a killed process aborts
+nothing. Either way the upload stays open, invisible but billed. :meth:`S3CheckpointStore.
+clean_leftovers` (called when a run starts, with the run's lock held) aborts the *stale* ones
+under the store's prefix: those initiated before the store was opened, or with no initiation
+time. The run's lock means no other live process saves this run, and this one has not started a
+save yet, so such an upload belongs to a save that is gone; an upload initiated later (a live
+save) is never touched. The times compare the server's clock with this machine's: a skew only
+makes an upload of a save killed within it wait for the next start. A bucket lifecycle rule
+(``AbortIncompleteMultipartUpload``, see the README) is the backstop for uploads no later run
+cleans (a run never started again, a key without permission to list uploads).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +44,7 @@ from urllib.parse import urlsplit
 import certifi
 import urllib3
 from minio import Minio
+from minio.datatypes import Upload
 from minio.deleteobjects import DeleteObject
 from minio.error import MinioException, S3Error, ServerError
 from urllib3.exceptions import HTTPError, MaxRetryError
@@ -181,6 +193,8 @@ class S3CheckpointStore(CheckpointStore):
         client_args = (endpoint, is_secure, access_key, secret_key, session_token, region)
         self._client = _minio(*client_args, retries=RETRIES, read_timeout=READ_TIMEOUT)
         self._probe = _minio(*client_args, retries=PROBE_RETRIES, read_timeout=PROBE_READ_TIMEOUT)
+        #: Uploads initiated before this are stale (see the module docstring).
+        self.opened_at = datetime.now(UTC)
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -222,6 +236,42 @@ class S3CheckpointStore(CheckpointStore):
         with self._errors(f"writing probe object s3://{self.bucket}/{probe}"):
             self._probe.put_object(self.bucket, probe, io.BytesIO(b"sarl"), 4)
             self._probe.remove_object(self.bucket, probe)
+
+    def clean_leftovers(self) -> builtins.list[str]:
+        """Abort the stale incomplete multipart uploads under the store's prefix (rule in the
+        module docstring); return their keys. A failure to list or abort is logged, not raised:
+        it must not stop a run, and the bucket's lifecycle rule removes what is left."""
+        aborted: builtins.list[str] = []
+        try:
+            with self._errors(f"listing incomplete uploads under {self.uri}"):
+                stale = [u for u in self._uploads() if is_stale(u.initiated_time, self.opened_at)]
+            for upload in stale:
+                key = upload.object_name
+                with self._errors(f"aborting the upload of s3://{self.bucket}/{key}"):
+                    # minio has no public call for this; the private one is the S3 request.
+                    self._client._abort_multipart_upload(self.bucket, key, upload.upload_id or "")
+                aborted.append(key)
+        except StorageError as e:
+            logger.warning("%s; left to the bucket's lifecycle rule", e)
+        if aborted:
+            logger.info("aborted %d incomplete upload(s) of killed saves", len(aborted))
+        return aborted
+
+    def _uploads(self) -> Iterator[Upload]:
+        """Incomplete multipart uploads under the store's prefix, page by page."""
+        root = self._key("") + "/" if self.prefix else ""
+        key_marker: str | None = None
+        upload_id_marker: str | None = None
+        while True:
+            page = self._client._list_multipart_uploads(
+                self.bucket, prefix=root or None, key_marker=key_marker,
+                upload_id_marker=upload_id_marker,
+            )  # fmt: skip
+            yield from (u for u in page.uploads if u.object_name.startswith(root))
+            if not page.is_truncated or not page.uploads:
+                return
+            # minio 7.2 drops NextUploadIdMarker; the last upload of the page is the same marker.
+            key_marker, upload_id_marker = page.uploads[-1].object_name, page.uploads[-1].upload_id
 
     def save(self, step: int, local_dir: Path, metadata: Mapping[str, Any]) -> CheckpointInfo:
         check_step(step)
@@ -346,6 +396,12 @@ class S3CheckpointStore(CheckpointStore):
                 f"deleting {self.step_uri(step)} at {self.endpoint_url} failed for "
                 f"{len(errors)} object(s), e.g. {first.name}: {first.code}: {first.message}"
             )
+
+
+def is_stale(initiated: datetime | None, opened_at: datetime) -> bool:
+    """Whether an incomplete upload initiated at ``initiated`` (None: the server did not say)
+    belongs to a save that is gone, for a store opened at ``opened_at`` (module docstring)."""
+    return initiated is None or initiated < opened_at
 
 
 def valid_bucket_name(name: str) -> bool:

@@ -10,22 +10,26 @@ names are re-exported here so callers import tracking from one place.
 Everything goes through an explicit ``MlflowClient`` — never the fluent ``mlflow.start_run``
 global — so two runs (or a run and a comparison) can live in one process.
 
-Failures. ``start``/``resume`` bound MLflow's own HTTP retries (:func:`bound_http_retries`:
-``MLFLOW_HTTP_REQUEST_TIMEOUT=30``, ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=3``,
-``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR=1`` unless already set). On top of that, metrics that fail
-to log stay queued and are sent with the next ``log_metrics`` call; after ``max_attempts``
-consecutive failed calls (default 3) a :class:`TrackingError` is raised and training stops with
-that one-line message. The checkpoint still names the run, so ``sarl run --resume`` continues the
-same run. Re-sending a queued batch is safe: metrics keep their original timestamp and MLflow's
-SQL store ignores exact duplicates (``SqlAlchemyStore._log_metrics``). Errors that retrying cannot
-fix (invalid name, unknown run) raise at once. Artifact uploads and params get MLflow's bounded
-retries only, then a :class:`TrackingError`.
+Outages never stop training and lose nothing. ``start``/``resume`` talk to MLflow directly (the
+run is created, reopened, its params logged: a server that is away then fails the start with one
+line) and bound MLflow's own HTTP retries (:func:`bound_http_retries`). After that every metric,
+tag and artifact is first written to the run's durable spool (:mod:`sarl.tracking.spool`: an
+fsynced append-only file in ``spool_dir``) and sent by a background thread
+(:mod:`sarl.tracking.drainer`) in order, retried without limit, each accepted batch acknowledged
+in the spool; a re-sent metric keeps its timestamp and MLflow keeps one row per (key, timestamp,
+step, value), so it is not duplicated. :attr:`Tracker.waiting` says how many records wait;
+:meth:`Tracker.snapshot` writes the unsent tail into a checkpoint before it is stored, and
+:meth:`Tracker.resume` adopts a checkpoint's tail (``carried``), so a resume on another machine
+sends what the lost one could not. :meth:`finish` queues the run's status, waits up to
+``finish_wait_s`` for the drain and returns either way; what is left stays in the spool, sent
+by ``sarl tracking flush <spool dir>`` (:attr:`Tracker.left` tells how many). Invalid metric
+names and values raise at once (before spooling); a request MLflow rejects is logged and dropped.
 
 Resumed training. A run resumed from its checkpoint at step N replays the steps after N that were
 logged before the interruption, and MLflow cannot delete metric points; after
 :meth:`Tracker.skip_logged_steps` a metric point at or below the last step the run already holds
-for that metric is dropped, so the first value logged for a step stays and
-``get_metric_history`` lists every step once.
+for that metric (in MLflow, or still waiting in the spool) is dropped, so the first value logged
+for a step stays and ``get_metric_history`` lists every step once.
 
 Params and tags are redacted (:func:`sarl.spec.secrets.redact`) before they are sent: a spec with
 a credential is refused by validation, this catches any that slips through.
@@ -33,9 +37,11 @@ a credential is refused by validation, this catches any that slips through.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
@@ -44,6 +50,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from sarl.spec.secrets import redact
+from sarl.tracking.drainer import Drainer, DrainSettings
 from sarl.tracking.params import (
     MAX_METRICS_PER_BATCH,
     MAX_PARAM_VALUE_LENGTH,
@@ -51,6 +58,7 @@ from sarl.tracking.params import (
     flatten_params,
     param_value,
 )
+from sarl.tracking.spool import Spool
 from sarl.tracking.store import (
     HTTP_ENV_DEFAULTS,
     TrackingError,
@@ -68,26 +76,16 @@ from sarl.tracking.store import (
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
-    from mlflow.entities import Metric
 
 _LOG = logging.getLogger(__name__)
 
 SPEC_ARTIFACT = "spec/experiment.yaml"
 STUDY_SPEC_ARTIFACT = "spec/study.yaml"
 RunStatus = Literal["FINISHED", "FAILED", "KILLED"]
-
-# MLflow error codes that mean "this request is wrong", not "the server is having a bad moment".
-_PERMANENT = frozenset(
-    {
-        "INVALID_PARAMETER_VALUE",
-        "RESOURCE_DOES_NOT_EXIST",
-        "RESOURCE_ALREADY_EXISTS",
-        "INVALID_STATE",
-        "BAD_REQUEST",
-        "PERMISSION_DENIED",
-        "UNAUTHENTICATED",
-    }
-)
+#: Where a run's spool goes when the caller names no folder: ``<this>/<run id>``.
+DEFAULT_SPOOL_ROOT = Path(".sarl") / "spool"
+#: How long a run that stops on an error or a signal waits for its spool to drain.
+ABORT_WAIT_S = 10.0
 # MLflow's metric/param name alphabet on POSIX (validate_param_and_metric_name).
 _VALID_NAME = re.compile(r"^[/\w.\- :]*$")
 _T = TypeVar("_T")
@@ -146,6 +144,10 @@ class Tracker:
 
     As a context manager it finishes the run on exit: ``FINISHED``, ``KILLED`` after Ctrl-C,
     ``FAILED`` after any other exception (which is never masked by a tracking error).
+
+    ``spool_dir`` is the run's spool (``start``/``resume``: ``<spool_root>/<run id>``, by default
+    ``.sarl/spool/<run id>``); ``settings`` how its
+    drainer retries and how long :meth:`finish` waits (default: :meth:`DrainSettings.from_env`).
     """
 
     def __init__(
@@ -155,18 +157,19 @@ class Tracker:
         experiment_id: str,
         run_id: str,
         *,
-        max_attempts: int = 3,
+        spool_dir: Path | None = None,
+        settings: DrainSettings | None = None,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self._client = client
         self.uri = uri
         self.experiment_id = experiment_id
         self._run_id = run_id
-        self._max_attempts = max_attempts
-        self._pending: list[Metric] = []
-        self._failures = 0  # consecutive failed attempts to send the queued metrics
+        self.spool = Spool(spool_dir or DEFAULT_SPOOL_ROOT / run_id, run_id, uri)
+        self._drainer = Drainer(self.spool, client, settings)
+        self._drainer.start()
         self._logged: dict[str, int] = {}  # metric -> last step held before skip_logged_steps
+        self.left = 0  # records still spooled when finish() stopped waiting
+        self._finished = False
 
     @classmethod
     def start(
@@ -179,13 +182,15 @@ class Tracker:
         params: Mapping[str, str] | None = None,
         spec_yaml: str,
         spec_artifact: str = SPEC_ARTIFACT,
-        max_attempts: int = 3,
+        spool_root: Path | None = None,
+        settings: DrainSettings | None = None,
     ) -> Tracker:
         """Create a run (and the experiment if missing), log ``params`` and the spec YAML.
 
         ``params`` are usually ``flatten_params(spec)``; the spec lands at ``spec_artifact``
         (``spec/experiment.yaml``; a Study's parent run stores ``spec/study.yaml``).
-        If logging them fails the new run is marked ``FAILED`` before the error is raised.
+        If logging the params fails the new run is marked ``FAILED`` before the error is raised;
+        the spec goes through the spool like every artifact.
         """
         bound_http_retries()
         client = make_client(uri)
@@ -195,18 +200,39 @@ class Tracker:
             f"creating run {run_name!r}",
             lambda: client.create_run(experiment_id, run_name=run_name, tags=redact(tags or {})),
         )
-        tracker = cls(client, uri, experiment_id, run.info.run_id, max_attempts=max_attempts)
+        run_id = run.info.run_id
         try:
-            tracker._log_params(params or {})
-            tracker.log_text(spec_yaml, spec_artifact)
+            _log_params(client, uri, run_id, params or {})
         except TrackingError:
-            tracker._terminate_quietly("FAILED")
+            _terminate_quietly(client, run_id, "FAILED")
             raise
+        tracker = cls(
+            client,
+            uri,
+            experiment_id,
+            run_id,
+            spool_dir=(spool_root or DEFAULT_SPOOL_ROOT) / run_id,
+            settings=settings,
+        )
+        tracker.log_text(spec_yaml, spec_artifact)
         return tracker
 
     @classmethod
-    def resume(cls, uri: str, run_id: str, *, max_attempts: int = 3) -> Tracker:
-        """Continue an existing run (status back to ``RUNNING``); metrics append to its history."""
+    def resume(
+        cls,
+        uri: str,
+        run_id: str,
+        *,
+        spool_root: Path | None = None,
+        carried: Sequence[Path] = (),
+        settings: DrainSettings | None = None,
+    ) -> Tracker:
+        """Continue an existing run (status back to ``RUNNING``); metrics append to its history.
+
+        The run's spool at ``spool_root/<run id>`` keeps what it holds; the unsent records of
+        each spool in ``carried`` (a checkpoint's tail, :meth:`snapshot`) are added to it, so
+        they are sent too.
+        """
         bound_http_retries()
         client = make_client(uri)
         try:
@@ -218,7 +244,18 @@ class Tracker:
         if run.info.lifecycle_stage == "deleted":
             raise TrackingError(f"cannot resume: run {run_id!r} at {uri} is deleted")
         guarded(uri, f"reopening run {run_id}", lambda: client.update_run(run_id, status="RUNNING"))
-        return cls(client, uri, run.info.experiment_id, run_id, max_attempts=max_attempts)
+        tracker = cls(
+            client,
+            uri,
+            run.info.experiment_id,
+            run_id,
+            spool_dir=(spool_root or DEFAULT_SPOOL_ROOT) / run_id,
+            settings=settings,
+        )
+        for tail in carried:
+            if (tail / "spool.json").is_file() and tracker.spool.adopt(tail):
+                tracker._drainer.wake()
+        return tracker
 
     @property
     def run_id(self) -> str:
@@ -230,19 +267,28 @@ class Tracker:
         return run_url(self.uri, self.experiment_id, self._run_id)
 
     @property
-    def pending_metrics(self) -> int:
-        """Metrics queued after a failed attempt, sent with the next ``log_metrics``/``finish``."""
-        return len(self._pending)
+    def waiting(self) -> int:
+        """Records (a step's metrics, tags, an artifact) spooled and not yet accepted by MLflow."""
+        return self.spool.waiting
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.spool.root
+
+    def snapshot(self, dest: Path) -> int:
+        """Write the unsent records (and their artifacts) as a spool at ``dest`` — called before
+        a checkpoint holding ``dest`` is stored; returns how many records."""
+        return self.spool.snapshot(dest)
+
+    def drain(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for the spool to empty; returns how many records still wait."""
+        return self._drainer.drain(timeout_s)
 
     def log_metrics(self, metrics: Mapping[str, float | None], step: int) -> None:
-        """Log ``metrics`` at ``step``; ``None`` and NaN values are skipped.
-
-        A transient failure queues the metrics for the next call (see the module docstring);
-        :class:`TrackingError` after ``max_attempts`` consecutive failures or a rejected request.
-        """
-        from mlflow.entities import Metric
-
+        """Spool ``metrics`` at ``step`` (one fsynced record) for the drainer to send; ``None``
+        and NaN values are skipped. Never waits for MLflow (see the module docstring)."""
         now_ms = int(time.time() * 1000)
+        points: list[tuple[str, float, int]] = []
         for key, value in metrics.items():
             if value is None:
                 continue
@@ -255,12 +301,15 @@ class Tracker:
             if math.isnan(value) or (key in self._logged and step <= self._logged[key]):
                 continue
             _check_metric_name(key)
-            self._pending.append(Metric(key, float(value), now_ms, step))
-        self._flush(attempts=1)
+            points.append((key, float(value), now_ms))
+        if points:
+            self.spool.append("metrics", {"step": int(step), "metrics": points})
+            self._drainer.wake()
 
     def skip_logged_steps(self) -> dict[str, int]:
         """From now on drop metric points at or below the last step the run holds for their
-        metric (see the module docstring); returns those steps, metric -> last logged step.
+        metric, in MLflow or waiting in the spool (see the module docstring); returns those
+        steps, metric -> last logged step.
 
         Reads the run's metric history once (one request per metric).
         """
@@ -276,6 +325,11 @@ class Tracker:
             )
             if history:
                 last[key] = max(m.step for m in history)
+        for record in self.spool.pending():
+            if record.kind == "metrics":
+                step = int(record.body["step"])
+                for key, _, _ in record.body["metrics"]:
+                    last[key] = max(last.get(key, step), step)
         self._logged = last
         return dict(last)
 
@@ -284,63 +338,71 @@ class Tracker:
         self.log_artifact(path, artifact_dir)
 
     def log_artifact(self, path: Path, artifact_dir: str | None = None) -> None:
-        """Upload a file, or a folder's contents, under ``artifact_dir`` (the root if ``None``)."""
+        """Upload a file, or a folder's contents, under ``artifact_dir`` (the root if ``None``);
+        a copy is spooled first, so ``path`` may change once this returns."""
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"artifact {path} does not exist")
-        upload = self._client.log_artifacts if path.is_dir() else self._client.log_artifact
-        guarded(
-            self.uri,
-            f"uploading {path.name} to run {self._run_id}",
-            partial(upload, self._run_id, str(path), artifact_dir),
-        )
+        self.spool.append("artifact", {"dir": artifact_dir}, artifact=path)
+        self._drainer.wake()
 
     def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None:
-        """Store ``data`` as JSON (``.json``) or YAML (``.yaml``/``.yml``) at ``artifact_file``."""
-        guarded(
-            self.uri,
-            f"uploading {artifact_file} to run {self._run_id}",
-            lambda: self._client.log_dict(self._run_id, dict(data), artifact_file),
-        )
+        """Store ``data`` as YAML (``.yaml``/``.yml``) or else JSON at ``artifact_file``."""
+        import yaml
+
+        if Path(artifact_file).suffix in (".yaml", ".yml"):
+            text = yaml.safe_dump(dict(data), sort_keys=False)
+        else:
+            text = json.dumps(dict(data), indent=2)
+        self.log_text(text, artifact_file)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Store ``text`` at ``artifact_file`` (e.g. ``spec/experiment.yaml``)."""
-        guarded(
-            self.uri,
-            f"uploading {artifact_file} to run {self._run_id}",
-            lambda: self._client.log_text(self._run_id, text, artifact_file),
-        )
+        where = Path(artifact_file)
+        with tempfile.TemporaryDirectory(prefix="sarl-artifact-") as tmp:
+            path = Path(tmp) / where.name
+            path.write_text(text, encoding="utf-8")
+            self.log_artifact(path, where.parent.as_posix() if where.parent.parts else None)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Set (or overwrite) run tags."""
-        from mlflow.entities import RunTag
+        self.spool.append("tags", {"tags": {k: str(v) for k, v in redact(tags).items()}})
+        self._drainer.wake()
 
-        items = [RunTag(k, str(v)) for k, v in redact(tags).items()]
-        for batch in _chunks(items, MAX_PARAMS_TAGS_PER_BATCH):
-            guarded(
-                self.uri,
-                f"setting tags of run {self._run_id}",
-                partial(self._client.log_batch, self._run_id, tags=list(batch)),
-            )
-
-    def finish(self, status: RunStatus = "FINISHED") -> None:
-        """Send queued metrics (up to ``max_attempts`` tries), then close the run with ``status``.
-
-        If queued metrics cannot be sent the run is still closed (best effort) and the
-        :class:`TrackingError` is raised.
-        """
+    def finish(self, status: RunStatus = "FINISHED", wait_s: float | None = None) -> None:
+        """Spool the run's ``status``, wait up to ``wait_s`` (default ``finish_wait_s``) for
+        everything to be sent, and stop the drainer. Records still waiting then stay in the spool
+        (:attr:`left`; one warning line names ``sarl tracking flush``); the run is closed when
+        they are sent. A second call does nothing."""
         if status not in ("FINISHED", "FAILED", "KILLED"):
             raise ValueError(f"status must be FINISHED, FAILED or KILLED, got {status!r}")
-        try:
-            self._flush(attempts=self._max_attempts)
-        except TrackingError:
-            self._terminate_quietly(status)
-            raise
-        guarded(
-            self.uri,
-            f"closing run {self._run_id}",
-            lambda: self._client.set_terminated(self._run_id, status),
-        )
+        if self._finished:
+            return
+        self._finished = True
+        self.spool.append("status", {"status": status})
+        wait_s = self._drainer.settings.finish_wait_s if wait_s is None else wait_s
+        self.left = self._drainer.drain(wait_s)
+        self._drainer.stop()
+        self.spool.close()
+        if self.left:
+            _LOG.warning(
+                "tracking: %d records of run %s still spooled in %s; MLflow at %s did not take "
+                "them within %.0f s. Send them with: sarl tracking flush %s",
+                self.left,
+                self._run_id,
+                self.spool.root,
+                self.uri,
+                wait_s,
+                self.spool.root,
+            )
+
+    def abandon(self) -> None:
+        """Stop sending and let go of the spool without closing the run, as a process that dies
+        does: what is unsent stays spooled for the next :meth:`resume` or
+        ``sarl tracking flush`` (a run handed to another process; crash tests)."""
+        self._finished = True
+        self._drainer.stop()
+        self.spool.close()
 
     def __enter__(self) -> Self:
         return self
@@ -356,72 +418,39 @@ class Tracker:
             return
         status: RunStatus = "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
         try:
-            self.finish(status)
+            # Stopping on an error or a signal: a short wait, the spool keeps the rest.
+            self.finish(status, wait_s=min(ABORT_WAIT_S, self._drainer.settings.finish_wait_s))
         except TrackingError as e:  # the training error matters more; keep it
             _LOG.warning("could not close run %s cleanly: %s", self._run_id, e)
 
-    # -- internals ---------------------------------------------------------------------------------
 
-    def _log_params(self, params: Mapping[str, str]) -> None:
-        from mlflow.entities import Param
+def _log_params(client: MlflowClient, uri: str, run_id: str, params: Mapping[str, str]) -> None:
+    from mlflow.entities import Param
 
-        items = [Param(k, param_value(v)) for k, v in redact(params).items()]
-        for batch in _chunks(items, MAX_PARAMS_TAGS_PER_BATCH):
-            guarded(
-                self.uri,
-                f"logging params of run {self._run_id}",
-                partial(self._client.log_batch, self._run_id, params=list(batch)),
-            )
-
-    def _flush(self, attempts: int) -> None:
-        """Send the queue in MLflow-sized batches; up to ``attempts`` tries in this call."""
-        while self._pending:
-            batch = self._pending[:MAX_METRICS_PER_BATCH]
-            try:
-                self._client.log_batch(self._run_id, metrics=batch)
-            except Exception as e:
-                self._count_failure(e)  # raises when retrying cannot help or is used up
-                attempts -= 1
-                if attempts <= 0:
-                    return
-                continue
-            del self._pending[: len(batch)]
-            self._failures = 0
-
-    def _count_failure(self, error: Exception) -> None:
-        where = f"run {self._run_id} at {self.uri}"
-        if error_code(error) in _PERMANENT:
-            raise TrackingError(
-                f"tracking: MLflow rejected metrics for {where}: {one_line(error)}"
-            ) from error
-        self._failures += 1
-        if self._failures >= self._max_attempts:
-            raise TrackingError(
-                f"tracking: {len(self._pending)} metrics not logged to {where} after "
-                f"{self._failures} attempts: {one_line(error)}"
-            ) from error
-        _LOG.warning(
-            "logging metrics to %s failed (attempt %d of %d); %d metrics kept for the next try: %s",
-            where,
-            self._failures,
-            self._max_attempts,
-            len(self._pending),
-            one_line(error),
+    items = [Param(k, param_value(v)) for k, v in redact(params).items()]
+    for batch in _chunks(items, MAX_PARAMS_TAGS_PER_BATCH):
+        guarded(
+            uri,
+            f"logging params of run {run_id}",
+            partial(client.log_batch, run_id, params=list(batch)),
         )
 
-    def _terminate_quietly(self, status: RunStatus) -> None:
-        try:
-            self._client.set_terminated(self._run_id, status)
-        except Exception as e:  # already failing; the caller raises the first error
-            _LOG.warning("could not mark run %s %s: %s", self._run_id, status, one_line(e))
+
+def _terminate_quietly(client: MlflowClient, run_id: str, status: RunStatus) -> None:
+    try:
+        client.set_terminated(run_id, status)
+    except Exception as e:  # already failing; the caller raises the first error
+        _LOG.warning("could not mark run %s %s: %s", run_id, status, one_line(e))
 
 
 __all__ = [
+    "DEFAULT_SPOOL_ROOT",
     "HTTP_ENV_DEFAULTS",
     "MAX_METRICS_PER_BATCH",
     "MAX_PARAMS_TAGS_PER_BATCH",
     "MAX_PARAM_VALUE_LENGTH",
     "SPEC_ARTIFACT",
+    "DrainSettings",
     "RunStatus",
     "Tracker",
     "TrackingError",

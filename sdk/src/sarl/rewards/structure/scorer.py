@@ -6,7 +6,8 @@ Public entry points, called by the CLI, the adapters (TRL, verl) and later the r
 * :func:`score_embeddings` — per-step embeddings given (clustering + map + score);
 * :class:`StructureScorer` — text in; the batch path embeds the steps of *all* responses in one
   embedder call (the embedder batches and de-duplicates requests) and clusters responses in
-  parallel worker processes. Step texts reach the embedder with lone surrogates replaced
+  parallel worker processes, which die with the process that started them
+  (:mod:`sarl.parent_death`). Step texts reach the embedder with lone surrogates replaced
   (``sarl.rewards.text``): text embedders encode steps as UTF-8.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from itertools import pairwise
 from multiprocessing import get_context
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sarl.embedding.base import Embedder, EmbeddingError
+from sarl.parent_death import ParentBoundProcessPool
 from sarl.rewards.structure.clustering import cluster_steps, kmeans_bucket
 from sarl.rewards.structure.config import StructureRewardConfig
 from sarl.rewards.structure.graph import average_path_length, build_map, clustering_coefficient
@@ -218,7 +220,8 @@ class StructureScorer:
     def _parallel(self, items: list[tuple[npt.NDArray[np.float32], bool]]) -> list[StructureResult]:
         if self._pool is None:
             # "spawn": forking a process that holds torch/CUDA or BLAS thread pools is unsafe.
-            self._pool = ProcessPoolExecutor(
+            # Parent-bound: a SIGKILLed trainer must not leave its workers adopted by init.
+            self._pool = ParentBoundProcessPool(
                 max_workers=self.workers,
                 mp_context=get_context("spawn"),
                 initializer=_limit_worker_threads,
