@@ -89,7 +89,7 @@ def main(
         else resolve_model(exp, checkpoint, workdir, progress=progress)
     )
     step = source.step or 0
-    with _tracker(exp, source.origin) as tracker:
+    with _tracker(exp, source.origin, workdir / "tracking") as tracker:
         if generator is None:
             generator = make_generator(
                 source.path, backend=backend, dtype=exp.spec.model.dtype,
@@ -172,13 +172,19 @@ def _log_artifacts(
 
 
 @contextmanager
-def _tracker(exp: Experiment, origin: str) -> Iterator[Any]:
-    """The MLflow run to log into: ``MLFLOW_RUN_ID`` (status restored at the end) or new."""
+def _tracker(exp: Experiment, origin: str, spool_root: Path) -> Iterator[Any]:
+    """The MLflow run to log into: ``MLFLOW_RUN_ID`` (status restored at the end) or new.
+
+    Metrics and artifacts are spooled under ``spool_root`` and sent in the background
+    (:mod:`sarl.tracking.tracker`): an MLflow outage during the evaluation costs nothing; at the
+    end the job waits ``SARL_TRACKING_FINISH_WAIT_S`` for the drain, and what is still spooled
+    then is named in one warning line with the ``sarl tracking flush`` command that sends it.
+    """
     import yaml
 
     from sarl.spec.secrets import redact
     from sarl.tracking.store import default_tracking_uri, make_client, preflight
-    from sarl.tracking.tracker import Tracker, TrackingError, flatten_params
+    from sarl.tracking.tracker import Tracker, flatten_params
 
     uri = (
         os.environ.get("MLFLOW_TRACKING_URI")
@@ -195,21 +201,29 @@ def _tracker(exp: Experiment, origin: str) -> Iterator[Any]:
             uri, tracking.experiment_name or exp.name, f"{exp.name}-eval",
             tags={**tracking.tags, **tags, "sarl.kind": "evaluation"},
             params=flatten_params(spec["spec"]), spec_yaml=yaml.safe_dump(spec, sort_keys=False),
+            spool_root=spool_root,
         ) as tracker:  # fmt: skip
             yield tracker
         return
     before = make_client(uri).get_run(run_id).info.status
-    tracker = Tracker.resume(uri, run_id)
+    tracker = Tracker.resume(uri, run_id, spool_root=spool_root)
     try:
         tracker.set_tags(tags)
         yield tracker
     finally:
         if before in _TERMINAL:
             tracker.finish(before)  # evaluation never changes how training ended
-        elif tracker.pending_metrics:  # still training: leave it RUNNING, but send everything
-            tracker.log_metrics({}, step=0)
-            if tracker.pending_metrics:
-                raise TrackingError(f"{tracker.pending_metrics} eval metrics not logged")
+        else:  # still training: leave it RUNNING, but send everything
+            left = tracker.drain(tracker.settings.finish_wait_s)
+            tracker.abandon()
+            if left:
+                logger.warning(
+                    "tracking: %d eval records still spooled in %s; send them with: "
+                    "sarl tracking flush %s",
+                    left,
+                    tracker.spool_dir,
+                    tracker.spool_dir,
+                )
 
 
 def _parser() -> argparse.ArgumentParser:

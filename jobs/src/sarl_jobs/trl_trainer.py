@@ -47,6 +47,7 @@ from sarl.integrations.trl_cluster import (
     cluster_overrides,
     processes_per_node,
 )
+from sarl.runner.tied_weights import quiet_tied_missing_keys
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
 from sarl_jobs.cli import config_of, job_parser, plan_or_run
@@ -182,7 +183,8 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     state.wait_for_everyone()
     if resume_from is None:
         resume_from = local_trl_checkpoint(Path(output_dir))
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    with quiet_tied_missing_keys(trainer.model):  # tied lm_head: not in the checkpoint, by design
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
 
 
 def _model_path(exp: Experiment, root: Path) -> str:

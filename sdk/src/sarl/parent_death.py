@@ -1,7 +1,9 @@
 """Worker processes that die with the process that started them, even when it is SIGKILLed.
 
 Used by :class:`sarl.rewards.structure.scorer.StructureScorer` for its clustering pool (through
-:class:`ParentBoundProcessPool`). A ``ProcessPoolExecutor`` worker whose parent is killed waits
+:class:`ParentBoundProcessPool`) and by :mod:`sarl.study.processes` for a Study's parallel runs
+(SIGTERM there, so a run closes its MLflow run ``KILLED``; the thread that starts those children
+waits for them, so it outlives them). A ``ProcessPoolExecutor`` worker whose parent is killed waits
 forever for its next task: it holds the write end of its own call queue, so it never sees EOF,
 and init adopts it. Two mechanisms end it here:
 
@@ -41,18 +43,19 @@ WATCH_INTERVAL_S = 1.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """In a child process: be SIGKILLed as soon as ``parent_pid`` (its parent) is gone.
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """In a child process: get ``sig`` as soon as ``parent_pid`` (its parent) is gone.
 
-    Call it first thing in the child (a pool's initializer). If the parent already died before
-    the call, the child kills itself at once.
+    Call it first thing in the child (a pool's initializer), from the process's main thread.
+    If the parent already died before the call, the signal comes at once. ``SIGTERM`` lets a
+    child that handles it close what it holds (a local run closes its MLflow run ``KILLED``).
     """
-    _set_parent_death_signal(signal.SIGKILL)
+    _set_parent_death_signal(sig)
     # Checked after prctl: a parent that died before it would never send the signal.
     if os.getppid() != parent_pid:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sig)
     threading.Thread(
-        target=_watch, args=(parent_pid,), name="sarl-parent-watch", daemon=True
+        target=_watch, args=(parent_pid, sig), name="sarl-parent-watch", daemon=True
     ).start()
 
 
@@ -67,10 +70,10 @@ def _set_parent_death_signal(sig: int) -> bool:
         return False  # no libc or no prctl (another libc): the watch thread covers it
 
 
-def _watch(parent_pid: int) -> None:
+def _watch(parent_pid: int, sig: int) -> None:
     while os.getppid() == parent_pid:
         time.sleep(WATCH_INTERVAL_S)
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), sig)
 
 
 def _init_worker(
@@ -108,31 +111,30 @@ class ParentBoundProcessPool(Executor):
         # A daemon thread: never joined at interpreter exit, so it outlives the pool's own
         # exit hook (which stops the workers) and the signal is not sent to exiting workers.
         self._owner = threading.Thread(target=self._serve, name="sarl-pool-owner", daemon=True)
-        self._owner.start()
+        self._lock = threading.Lock()
         self._shutdown = False
+        self._owner.start()
 
     def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> Future[_T]:
-        if self._shutdown:
-            raise RuntimeError("cannot schedule new futures after shutdown")
-        inner: Future[_T] = self._on_owner(lambda: self._pool.submit(fn, *args, **kwargs))
-        return inner
+        done: Future[Future[_T]] = Future()
+        with self._lock:  # never queued behind the owner's last item: it would wait forever
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._calls.put((lambda: self._pool.submit(fn, *args, **kwargs), done))
+        return done.result()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        if self._shutdown:
-            return
-        self._shutdown = True
-        # The owner thread shuts the inner pool down and waits for its workers before it ends.
-        self._calls.put(
-            (lambda: self._pool.shutdown(True, cancel_futures=cancel_futures), Future())
-        )
-        self._calls.put(None)
+        def stop() -> None:
+            self._pool.shutdown(wait=True, cancel_futures=cancel_futures)
+
+        with self._lock:
+            if not self._shutdown:
+                self._shutdown = True
+                # The owner shuts the inner pool down and waits for its workers before it ends.
+                self._calls.put((stop, Future()))
+                self._calls.put(None)
         if wait:
             self._owner.join()
-
-    def _on_owner(self, call: Callable[[], Any]) -> Any:
-        done: Future[Any] = Future()
-        self._calls.put((call, done))
-        return done.result()
 
     def _serve(self) -> None:
         while (item := self._calls.get()) is not None:

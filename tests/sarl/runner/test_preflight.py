@@ -73,10 +73,15 @@ def run_cli(
             "spec.data.dataset='/no/such.jsonl': no such file",
         ),
         ({"model": {"name": "/no/such/model"}}, [], "not a local model directory"),
-        (
+        (  # a flag's value is reported under the flag's name, a spec's under the field's
             {"preset": "local-grpo-arithmetic"},
             ["--tracking-uri", "http://127.0.0.1:9"],
-            "127.0.0.1:9",
+            "error: --tracking-uri: cannot reach MLflow at http://127.0.0.1:9",
+        ),
+        (
+            {"preset": "local-grpo-arithmetic", "tracking": {"mlflow_uri": "http://127.0.0.1:9"}},
+            [],
+            "error: tracking.mlflow_uri: cannot reach MLflow at http://127.0.0.1:9",
         ),
         (
             {

@@ -39,6 +39,7 @@ def started(mlflow_server: MlflowServer, experiment_name: str) -> Tracker:
 def test_start_logs_params_tags_and_spec(
     started: Tracker, mlflow_server: MlflowServer, tmp_path: Path
 ) -> None:
+    assert started.drain(60) == 0  # the spec artifact is sent in the background
     client = MlflowClient(mlflow_server.url)
     run = client.get_run(started.run_id)
     assert run.info.status == "RUNNING"
@@ -64,6 +65,7 @@ def test_metrics_by_step_skip_nan_and_none(started: Tracker, mlflow_server: Mlfl
             {"reward/mean": 0.1 * step, "kl": math.nan, "accuracy": None, "entropy": 2.0 - step},
             step=step,
         )
+    assert started.drain(60) == 0  # metrics are sent in the background
     client = MlflowClient(mlflow_server.url)
     assert _history(client, started.run_id, "reward/mean") == [(0, 0.0), (1, 0.1), (2, 0.2)]
     assert _history(client, started.run_id, "entropy") == [(0, 2.0), (1, 1.0), (2, 0.0)]
@@ -78,6 +80,7 @@ def test_many_params_and_metrics_are_batched(
     params = {f"p{i:03d}": str(i) for i in range(250)}  # > MLflow's 100 params per batch
     tracker = Tracker.start(mlflow_server.url, experiment_name, "big", params=params, spec_yaml="")
     tracker.log_metrics({f"m/{i:04d}": float(i) for i in range(1500)}, step=0)  # > 1000
+    assert tracker.drain(60) == 0
     run = MlflowClient(mlflow_server.url).get_run(tracker.run_id)
     assert len(run.data.params) == 250
     assert len(run.data.metrics) == 1500
@@ -88,12 +91,14 @@ def test_image_and_files_are_listed(
 ) -> None:
     started.log_image(png_file, "maps")
     started.log_dict({"a": 1}, "eval/summary.json")
+    png_file.write_bytes(b"changed after logging")  # the spool sent its own copy
+    assert started.drain(60) == 0
     client = MlflowClient(mlflow_server.url)
     assert [f.path for f in client.list_artifacts(started.run_id, "maps")] == [
         "maps/map_step_5.png"
     ]
     local = client.download_artifacts(started.run_id, "maps/map_step_5.png", str(tmp_path / "d"))
-    assert Path(local).read_bytes() == png_file.read_bytes()
+    assert Path(local).read_bytes().startswith(b"\x89PNG")
     assert [f.path for f in client.list_artifacts(started.run_id, "eval")] == ["eval/summary.json"]
     with pytest.raises(FileNotFoundError):
         started.log_image(tmp_path / "missing.png")
@@ -147,6 +152,7 @@ def test_two_runs_in_one_process_stay_apart(
     two = Tracker.start(mlflow_server.url, experiment_name, "two", spec_yaml="")
     one.log_metrics({"kl": 1.0}, step=0)
     two.log_metrics({"kl": 2.0}, step=0)
+    assert one.drain(60) == 0 and two.drain(60) == 0
     client = MlflowClient(mlflow_server.url)
     assert client.get_run(one.run_id).data.metrics == {"kl": 1.0}
     assert client.get_run(two.run_id).data.metrics == {"kl": 2.0}

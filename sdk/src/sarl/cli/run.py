@@ -57,7 +57,12 @@ def run_command(
     from sarl.storage import StorageError
     from sarl.tracking.tracker import TrackingError
 
-    opts = LocalOptions(workdir=workdir, tracking_uri=tracking_uri, resume=resume)
+    opts = LocalOptions(
+        workdir=workdir,
+        tracking_uri=tracking_uri,
+        resume=resume,
+        tracking_uri_flag="--tracking-uri",
+    )
     try:
         result = run_local(exp, opts)
     except PreflightError as e:

@@ -59,6 +59,7 @@ def run_command(
     opts = StudyOptions(
         workdir=workdir,
         tracking_uri=tracking_uri,
+        tracking_uri_flag="--tracking-uri",
         jobs=jobs or doc.spec.parallelism,
         out_dir=out,
     )

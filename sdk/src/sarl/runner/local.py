@@ -28,6 +28,8 @@ class LocalOptions:
     tracking_uri: str | None = None
     resume: bool = False
     progress: bool = True
+    #: How the caller names ``tracking_uri`` in errors about it (the CLI: ``--tracking-uri``).
+    tracking_uri_flag: str = "tracking_uri"
 
 
 def resolve_uris(exp: Experiment, opts: LocalOptions) -> tuple[str, str]:
@@ -49,7 +51,9 @@ def run_preflight(exp: Experiment, opts: LocalOptions) -> tuple[str, str]:
     preflight.check_data(exp)
     preflight.check_model(exp)
     tracking, ckpt = resolve_uris(exp, opts)
-    preflight.check_tracking(tracking)
+    # Name where the URI came from: a flag's value reported as the spec's field misleads.
+    source = opts.tracking_uri_flag if opts.tracking_uri else "tracking.mlflow_uri"
+    preflight.check_tracking(tracking, source)
     preflight.check_storage(exp, ckpt)
     return tracking, ckpt
 

@@ -55,11 +55,12 @@ def check_model(exp: Experiment) -> None:
         )
 
 
-def check_tracking(uri: str) -> None:
+def check_tracking(uri: str, source: str = "tracking.mlflow_uri") -> None:
+    """MLflow reachable at ``uri``; the error names ``source`` (the field or flag it came from)."""
     from sarl.tracking.tracker import TrackingError, preflight
 
     try:
-        preflight(uri)
+        preflight(uri, source=source)
     except TrackingError as e:
         raise PreflightError(str(e)) from e
 

@@ -26,6 +26,7 @@ in the result (:attr:`~sarl.runner.result.RunResult.spooled`) and sent by ``sarl
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,11 @@ from sarl.runner.interrupt import signals_interrupt
 from sarl.runner.local import LocalOptions, RunResult
 from sarl.runner.resume import RunLookup, planned_steps
 from sarl.runner.rundir import RunDir, RunMarker
+from sarl.runner.tied_weights import quiet_tied_missing_keys
 from sarl.spec.experiment import Experiment
 from sarl.tracking.tracker import ABORT_WAIT_S
 
+logger = logging.getLogger(__name__)
 N_MAPS = 3  # sample responses drawn per map-logging step
 
 
@@ -107,6 +110,14 @@ class LocalSession:
         store.clean_leftovers()  # of killed saves; a running save's directory is locked
         latest = store.latest() if self.opts.resume else None
         run_id = self.runs.to_continue(latest, self.opts.resume)
+        if self.opts.resume and latest is None:
+            # Otherwise a resume that found nothing trains from scratch without a word.
+            logger.warning(
+                "resume: no complete checkpoint under %s; training starts from step 0 in %s",
+                self.ckpt_uri,
+                f"MLflow run {run_id} (killed before its first checkpoint)" if run_id else
+                "a new MLflow run",
+            )  # fmt: skip
         self.runs.close_abandoned(keep=run_id)
         train_problems, eval_problems = self._problems()
         last = spec.algorithm.max_steps
@@ -125,7 +136,8 @@ class LocalSession:
             # Step 0: the policy before any RL update, so a run's change in held-out accuracy is
             # measured from where RL started (a run resumed from a checkpoint logged it already).
             self._evaluate(model, tokenizer, eval_problems, 0)
-        trainer.train(resume_from_checkpoint=str(resume_dir) if resume_dir else None)
+        with quiet_tied_missing_keys(trainer.model):  # tied lm_head: not in the checkpoint
+            trainer.train(resume_from_checkpoint=str(resume_dir) if resume_dir else None)
         step = trainer.state.global_step
         final = self._evals.get(step) or self._evaluate(
             trainer.model, tokenizer, eval_problems, step
@@ -218,7 +230,7 @@ class LocalSession:
         model = AutoModelForCausalLM.from_pretrained(path)
         return model, tokenizer
 
-    def _tracker(self, run_id: str | None, checkpoint: Path | None) -> Any:
+    def _tracker(self, run_id: str | None, checkpoint: Path | None = None) -> Any:
         """The run's tracker: ``run_id`` continued (adopting the spool tail ``checkpoint``
         carries, if any) or a new run; its spool is ``<run dir>/tracking/<run id>``."""
         import yaml

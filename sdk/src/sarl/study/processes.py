@@ -14,11 +14,16 @@ client. A spawned child imports what it runs by name, so a call must be a module
 of an importable module, and ``imports`` lists modules to import first (those that register
 rewards the calls look up by name); nothing defined in ``__main__`` (a notebook, a script) can
 be imported there, which :func:`sarl.study.runner.check_importable_rewards` checks up front.
+
+A child gets SIGTERM when the parent dies, even by SIGKILL (:mod:`sarl.parent_death`), so a
+killed Study leaves no run training on its own.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -69,7 +74,9 @@ def run_in_processes(
                 index, call = pending.pop(0)
                 receiver, sender = ctx.Pipe(duplex=False)
                 process = ctx.Process(
-                    target=_child, args=(sender, call, tuple(imports)), name=f"sarl-call-{index}"
+                    target=_child,
+                    args=(sender, call, tuple(imports), os.getpid()),
+                    name=f"sarl-call-{index}",
                 )
                 process.start()
                 sender.close()  # the child holds the only sending end now
@@ -128,10 +135,13 @@ def _finish(child: _Child, done: Callable[[int, Any, str | None], None]) -> None
         done(child.index, None, str(child.reply[1]))
 
 
-def _child(sender: Connection, call: Call, imports: tuple[str, ...]) -> None:
+def _child(sender: Connection, call: Call, imports: tuple[str, ...], parent_pid: int) -> None:
     """Entry point of a child process: run the call, send ``("ok", result)`` or
     ``("error", message)`` back."""
+    from sarl.parent_death import die_with_parent
+
     try:
+        die_with_parent(parent_pid, signal.SIGTERM)
         for module in imports:
             importlib.import_module(module)
         reply: tuple[str, Any] = ("ok", call.target(*call.args))

@@ -56,6 +56,8 @@ class StudyOptions:
     jobs: int | None = None  # default: spec.parallelism, else 1
     progress: bool = True
     out_dir: Path | None = None  # default: out/<study>
+    #: How the caller names ``tracking_uri`` in errors about it (the CLI: ``--tracking-uri``).
+    tracking_uri_flag: str = "tracking_uri"
 
 
 def study_hash(study: Study) -> str:
@@ -72,7 +74,9 @@ def run_study(study: Study, opts: StudyOptions | None = None) -> StudyResult:
     opts = opts or StudyOptions()
     modules = check_importable_rewards(study, opts.jobs or 1)
     first = study.runs()[0].experiment
-    tracking_uri, _ = run_preflight(first, LocalOptions(opts.workdir, opts.tracking_uri))
+    local = LocalOptions(opts.workdir, opts.tracking_uri, tracking_uri_flag=opts.tracking_uri_flag)
+    tracking_uri, _ = run_preflight(first, local)
+    named = opts.tracking_uri_flag if opts.tracking_uri else "tracking.mlflow_uri"
     # SIGTERM/SIGHUP end the Study as Ctrl-C does: runs stopped, parent run closed KILLED.
     with signals_interrupt():
         parent = _parent_tracker(study, tracking_uri)
@@ -82,7 +86,8 @@ def run_study(study: Study, opts: StudyOptions | None = None) -> StudyResult:
                 _with_checkpoints(r, study, parent.run_id, opts) for r in study.runs(parent.run_id)
             ]
             for run in runs:  # every run's own checks, before anything trains
-                run_preflight(run.experiment, LocalOptions(opts.workdir, tracking_uri))
+                again = LocalOptions(opts.workdir, tracking_uri, tracking_uri_flag=named)
+                run_preflight(run.experiment, again)
             _prepare_policies([r.experiment for r in runs], opts)
             result.outcomes = _run_all(runs, parent.run_id, tracking_uri, opts, modules)
             result.out_dir = opts.out_dir or Path("out") / study.name

@@ -93,6 +93,7 @@ class Drainer:
         self.spool = spool
         self.settings = settings or DrainSettings.from_env()
         self.rejected = 0
+        self.failures = 0  # failed sends so far (each retried)
         self._client = client
         self._where = f"MLflow at {spool.tracking_uri}"
         self._cond = threading.Condition()
@@ -196,6 +197,11 @@ class Drainer:
                 self._client.log_batch(run_id, tags=list(part))
         elif record.kind == "artifact":
             path = self.spool.artifact_path(record)
+            if not path.exists():
+                # The spool frees a copy only after noting the record as sent, so this record
+                # was sent before and its acknowledgement is what got lost: nothing to do.
+                _LOG.info("tracking: artifact of record %s sent before; skipped", record.id)
+                return
             upload = self._client.log_artifacts if path.is_dir() else self._client.log_artifact
             upload(run_id, str(path), body.get("dir"))
         elif record.kind == "status":
@@ -204,6 +210,7 @@ class Drainer:
             _LOG.error("tracking: unknown spool record kind %r skipped", record.kind)
 
     def _note_failure(self, error: Exception) -> None:
+        self.failures += 1
         now = time.monotonic()
         if self._down_since is None:
             self._down_since = now

@@ -86,8 +86,9 @@ def bound_http_retries() -> None:
 # -- preflight -------------------------------------------------------------------------------------
 
 
-def preflight(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail fast, before training, when runs could not be logged to ``uri``.
+def preflight(uri: str, timeout_s: float = 5.0, *, source: str = "tracking.mlflow_uri") -> None:
+    """Fail fast, before training, when runs could not be logged to ``uri``; errors name
+    ``source``, where the URI was given (the spec's field, or a flag such as ``--tracking-uri``).
 
     http(s): one GET of MLflow's ``experiments/search`` REST endpoint (credentials from
     ``MLFLOW_TRACKING_TOKEN`` or ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``) within ``timeout_s``.
@@ -97,22 +98,22 @@ def preflight(uri: str, timeout_s: float = 5.0) -> None:
     """
     scheme = urlsplit(uri).scheme
     if scheme in ("http", "https"):
-        _preflight_http(uri, timeout_s)
+        _preflight_http(uri, timeout_s, source)
     elif scheme == "sqlite":
         db = sqlite_path(uri)
         if db is None:
-            raise TrackingError(f"tracking.mlflow_uri: {uri} is not a sqlite:///<path> URI")
-        _check_creatable(db.parent, uri)
+            raise TrackingError(f"{source}: {uri} is not a sqlite:///<path> URI")
+        _check_creatable(db.parent, uri, source)
     elif scheme in ("", "file"):
         if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in ("true", "1"):
             raise TrackingError(
-                f"tracking.mlflow_uri: {uri} is a file store, which MLflow 3 refuses; use "
+                f"{source}: {uri} is a file store, which MLflow 3 refuses; use "
                 "sqlite:///<path>/mlflow.db (or set MLFLOW_ALLOW_FILE_STORE=true)"
             )
-        _check_creatable(Path(unquote(urlsplit(uri).path) if scheme else uri), uri)
+        _check_creatable(Path(unquote(urlsplit(uri).path) if scheme else uri), uri, source)
 
 
-def _preflight_http(uri: str, timeout_s: float) -> None:
+def _preflight_http(uri: str, timeout_s: float, source: str) -> None:
     url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search"
     headers, auth = {}, None
     if token := os.environ.get("MLFLOW_TRACKING_TOKEN"):
@@ -131,19 +132,19 @@ def _preflight_http(uri: str, timeout_s: float) -> None:
         )
     except httpx.TimeoutException as e:
         reason = f"no answer within {timeout_s:g} s"
-        raise TrackingError(f"tracking.mlflow_uri: cannot reach MLflow at {uri} ({reason})") from e
+        raise TrackingError(f"{source}: cannot reach MLflow at {uri} ({reason})") from e
     except httpx.HTTPError as e:
         reason = _connect_reason(e)
-        raise TrackingError(f"tracking.mlflow_uri: cannot reach MLflow at {uri} ({reason})") from e
+        raise TrackingError(f"{source}: cannot reach MLflow at {uri} ({reason})") from e
     if response.status_code in (401, 403):
         raise TrackingError(
-            f"tracking.mlflow_uri: MLflow at {uri} refused the credentials (HTTP "
+            f"{source}: MLflow at {uri} refused the credentials (HTTP "
             f"{response.status_code}); set MLFLOW_TRACKING_TOKEN or "
             "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD"
         )
     if response.status_code != 200:
         raise TrackingError(
-            f"tracking.mlflow_uri: {uri} does not answer like an MLflow tracking server "
+            f"{source}: {uri} does not answer like an MLflow tracking server "
             f"(HTTP {response.status_code} for /api/2.0/mlflow/experiments/search)"
         )
 
@@ -162,15 +163,15 @@ def _connect_reason(error: BaseException) -> str:
     return one_line(error) or type(error).__name__
 
 
-def _check_creatable(folder: Path, uri: str) -> None:
+def _check_creatable(folder: Path, uri: str, source: str) -> None:
     """``folder`` exists as a writable directory, or its nearest existing ancestor is one."""
     existing = folder.resolve()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise TrackingError(f"tracking.mlflow_uri: {uri}: {existing} is not a directory")
+        raise TrackingError(f"{source}: {uri}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise TrackingError(f"tracking.mlflow_uri: {uri}: cannot create files under {existing}")
+        raise TrackingError(f"{source}: {uri}: cannot create files under {existing}")
 
 
 # -- talking to MLflow ---------------------------------------------------------------------------

@@ -275,6 +275,11 @@ class Tracker:
     def spool_dir(self) -> Path:
         return self.spool.root
 
+    @property
+    def settings(self) -> DrainSettings:
+        """How the drainer retries and how long :meth:`finish` waits."""
+        return self._drainer.settings
+
     def snapshot(self, dest: Path) -> int:
         """Write the unsent records (and their artifacts) as a spool at ``dest`` — called before
         a checkpoint holding ``dest`` is stored; returns how many records."""
