@@ -51,6 +51,15 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
+def _cmdline(p: psutil.Process) -> str:
+    """The command line, "" for a process that has ended or is a zombie (a short-lived helper
+    of the pool may be exiting while the descendants are listed)."""
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return ""
+
+
 @pytest.mark.parametrize("first_use", ["main", "thread"])
 def test_workers_and_tracker_exit_when_the_parent_is_killed(first_use: str) -> None:
     proc = subprocess.Popen(
@@ -66,14 +75,14 @@ def test_workers_and_tracker_exit_when_the_parent_is_killed(first_use: str) -> N
         line = proc.stdout.readline()
         assert line.strip() == "ready", f"scorer process exited with {proc.wait()}"
         descendants += psutil.Process(proc.pid).children(recursive=True)
-        workers = [p for p in descendants if "spawn_main" in " ".join(p.cmdline())]
+        workers = [p for p in descendants if "spawn_main" in _cmdline(p)]
         assert len(workers) == 2  # both workers still serve after their first thread ended
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 120  # generous: the mechanism is a signal, or a 1 s watch
         while [p for p in descendants if _alive(p)] and time.monotonic() < deadline:
             time.sleep(0.2)
-        left = [(p.pid, " ".join(p.cmdline())[:80]) for p in descendants if _alive(p)]
+        left = [(p.pid, _cmdline(p)[:80]) for p in descendants if _alive(p)]
         assert not left, f"left running after the parent was killed: {left}"
     finally:
         if proc.poll() is None:
