@@ -13,7 +13,7 @@ TORCH := torch==2.13.0
 PIP_FLAGS := --disable-pip-version-check --progress-bar off -q
 
 .DEFAULT_GOAL := help
-.PHONY: images help setup setup-main setup-verl demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
+.PHONY: images push-images help setup setup-main setup-verl demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
 
 help: ## List targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -82,12 +82,28 @@ check-generated: setup-main ## Fail if generated files are out of date
 check-images: setup-main ## Resolve every image's Python packages (base pins + Dockerfile) with pip; needs PyPI
 	$(PY) tests/images/resolve.py
 
-images: ## Build the container images with Docker (services, operator, verl and TRL trainers)
-	docker build -f services/embedding/Dockerfile -t sarl-embedding .
-	docker build -f services/reward/Dockerfile -t sarl-reward .
-	docker build -f operators/Dockerfile -t sarl-operator .
-	docker build -f jobs/docker/verl.Dockerfile -t sarl-verl .
-	docker build -f jobs/docker/trl.Dockerfile -t sarl-trl .
+# `make images REGISTRY=registry.example.com/team TAG=0.1.0` tags each image
+# <REGISTRY>/sarl-<name>:<TAG>; `make push-images` (same variables) pushes them. Empty REGISTRY: local
+# names only (sarl-<name>:<TAG>).
+REGISTRY ?=
+TAG ?= dev
+IMAGE_PREFIX := $(if $(REGISTRY),$(REGISTRY)/,)
+IMAGES := embedding:services/embedding/Dockerfile reward:services/reward/Dockerfile \
+	operator:operators/Dockerfile verl:jobs/docker/verl.Dockerfile trl:jobs/docker/trl.Dockerfile
+
+images: ## Build the container images (services, operator, verl and TRL trainers); REGISTRY=, TAG=
+	@set -e; for spec in $(IMAGES); do \
+	  name=$${spec%%:*}; file=$${spec#*:}; \
+	  echo "docker build -f $$file -t $(IMAGE_PREFIX)sarl-$$name:$(TAG) ."; \
+	  docker build -f $$file -t $(IMAGE_PREFIX)sarl-$$name:$(TAG) .; \
+	done
+
+push-images: ## Build (as `make images`) and push the images to REGISTRY (required), TAG=
+	@test -n "$(REGISTRY)" || { echo "push-images: set REGISTRY=<registry>/<path>"; exit 2; }
+	$(MAKE) images REGISTRY=$(REGISTRY) TAG=$(TAG)
+	@set -e; for spec in $(IMAGES); do \
+	  name=$${spec%%:*}; docker push $(IMAGE_PREFIX)sarl-$$name:$(TAG); \
+	done
 
 clean: ## Remove environments and outputs
 	rm -rf $(VENV) $(VENV_VERL) out .pytest_cache .mypy_cache .ruff_cache
