@@ -11,9 +11,10 @@ No Kubernetes cluster can run here, so the parts of one are stand-ins:
   PyTorchJob it stores the pods upstream's controller would create (names, labels and the
   environment from :mod:`tests.jobs.pytorchjob_emulator`, which follows upstream v1.9.0),
   running and printing a few lines, and reports the job ``Running``;
-- no KServe: the default Experiment calls an embedding service by URL, so no InferenceService
-  is made; no MLflow: the operator runs without a tracking server (``TrackingReady=False``), its
-  MLflow runs are covered by ``tests/operators/test_operator.py``.
+- KServe's controller is :func:`tests.operators.test_operator.kserve_standin`: the default
+  Experiment (a paper preset) has the operator serve its embedding model, and the stand-in marks
+  that InferenceService Ready; no MLflow: the operator runs without a tracking server
+  (``TrackingReady=False``), its MLflow runs are covered by ``tests/operators/test_operator.py``.
 
 Real: the notebook, executed cell by cell in a Jupyter kernel (``tests/examples/notebooks.py``);
 the sarl SDK in it (``sarl.Client()``, validation, the ``kubernetes`` client over HTTP); the sarl
@@ -52,7 +53,7 @@ from sarl.testing.kube_server import (
 )
 from tests.examples.notebooks import NOTEBOOKS, execute, outputs_text
 from tests.jobs.pytorchjob_emulator import Replica, replica_envs
-from tests.operators.test_operator import Operator
+from tests.operators.test_operator import Operator, kserve_standin
 from tests.sarl.cluster.study_server import WITH_STUDIES
 
 NAMESPACE: Final = "team-nb"
@@ -225,7 +226,10 @@ def executed(
         "follow_s": 10.0,
         "delete_timeout_s": 60.0,
     }
-    with TrainingOperator(server, NAMESPACE, kubeconfig) as training_operator:
+    with (
+        kserve_standin(server, NAMESPACE),
+        TrainingOperator(server, NAMESPACE, kubeconfig) as training_operator,
+    ):
         try:
             return execute("03-cluster.ipynb", parameters, cwd=NOTEBOOKS, timeout_s=CELL_TIMEOUT_S)
         except Exception as e:

@@ -13,11 +13,13 @@ client, as the trainer does. The status timer runs every second (``SARL_STATUS_I
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -116,26 +118,34 @@ def operator(
     op.stop()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def kserve(server: KubeServer) -> Iterator[None]:
-    """Stand-in for KServe's controller (none can run here): every InferenceService reports
-    ``Ready`` a moment after it is created, so the operator's wait for its services ends."""
-    import threading
-
+@contextlib.contextmanager
+def kserve_standin(server: KubeServer, namespace: str) -> Iterator[None]:
+    """Stand-in for KServe's controller (none can run here): every InferenceService in
+    ``namespace`` reports ``Ready`` a moment after it is created, so the operator's wait for its
+    services ends."""
     stop = threading.Event()
 
     def mark_ready() -> None:
         while not stop.wait(0.2):
-            for isvc in server.objects(ISVCS, NAMESPACE).values():
+            for isvc in server.objects(ISVCS, namespace).values():
                 if not (isvc.get("status") or {}).get("conditions"):
                     ready = {"conditions": [{"type": "Ready", "status": "True"}]}
-                    server.put(ISVCS, NAMESPACE, {**isvc, "status": ready})
+                    server.put(ISVCS, namespace, {**isvc, "status": ready})
 
     thread = threading.Thread(target=mark_ready, daemon=True)
     thread.start()
-    yield
-    stop.set()
-    thread.join(timeout=5)
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kserve(server: KubeServer) -> Iterator[None]:
+    """:func:`kserve_standin` for the tests' namespace."""
+    with kserve_standin(server, NAMESPACE):
+        yield
 
 
 @pytest.fixture(scope="module")
