@@ -73,8 +73,29 @@ def test_trl_layout(tmp_path: Path) -> None:
     resumed = restore_trl(settings, out)
     assert resumed == out / "checkpoint-5"
     assert (resumed / "actor" / "model.pt").exists()
-    (out / "checkpoint-9").mkdir()  # a newer local save
+    (out / "checkpoint-7").mkdir()  # a newer save cut short: no trainer_state.json yet
+    (out / "checkpoint-7" / "model.safetensors").write_bytes(b"half")
+    assert restore_trl(settings, out) == out / "checkpoint-5"
+    (out / "checkpoint-9").mkdir()  # a newer complete local save
+    (out / "checkpoint-9" / "trainer_state.json").write_text("{}")
     assert restore_trl(settings, out) == out / "checkpoint-9"
+
+
+def test_trl_multi_node_takes_the_store_over_a_partial_local_save(tmp_path: Path) -> None:
+    """A restarted container keeps its scratch: another node's ``checkpoint-N`` holds only its
+    RNG state, and a save cut short leaves a newer directory; the store's checkpoint wins."""
+    settings = _saved(tmp_path, str(tmp_path / "store"), [3, 5])
+    out = tmp_path / "out"
+    (out / "checkpoint-5").mkdir(parents=True)
+    (out / "checkpoint-5" / "rng_state_1.pth").write_bytes(b"rng")
+    (out / "checkpoint-7").mkdir()  # half-written, never uploaded
+    resumed = restore_trl(settings, out, local_wins=False)
+    assert resumed == out / "checkpoint-5"
+    assert (resumed / "actor" / "model.pt").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-5"]
+    empty = StoreSettings(uri=str(tmp_path / "empty"), endpoint_url=None, keep_last=3)
+    assert restore_trl(empty, out, local_wins=False) is None
+    assert list(out.iterdir()) == []
 
 
 def test_settings_come_from_the_operator_env_first() -> None:

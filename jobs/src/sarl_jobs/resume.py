@@ -12,7 +12,8 @@ newest complete checkpoint (manifest present and every file verified, see
   verl's ``trainer.resume_mode=auto`` (``RayPPOTrainer._load_checkpoint``);
 * TRL: ``<output_dir>/checkpoint-<N>/``, passed to ``Trainer.train(resume_from_checkpoint=...)``.
 
-A newer checkpoint already on local disk (a container restarted in place) wins over the store's.
+A newer checkpoint already on local disk (a container restarted in place) wins over the store's
+in a single-node job; in a multi-node one the store's always does (``local_wins=False``).
 With no URI configured, or an empty store, training starts from scratch; a store that cannot be
 read raises :class:`sarl.storage.StorageError` (starting over silently would overwrite the run's
 progress with step 1 again).
@@ -65,17 +66,24 @@ def _local_verl_step(checkpoint_dir: Path) -> int | None:
     return step if (checkpoint_dir / f"global_step_{step}").is_dir() else None
 
 
+#: Written last by transformers' ``Trainer._save_checkpoint`` (after the model, optimizer,
+#: scheduler and RNG states; transformers 5.24.0 ``trainer.py``): a ``checkpoint-N`` without it is
+#: a save cut short, which the scratch volume keeps across a container restart.
+TRL_COMPLETE_MARKER = "trainer_state.json"
+
+
 def _local_trl_step(output_dir: Path) -> int | None:
+    """The step of the newest complete ``checkpoint-N`` on this node's disk."""
     steps = [
         int(m.group(1))
         for p in (output_dir.iterdir() if output_dir.is_dir() else [])
-        if p.is_dir() and (m := _TRL_DIR.match(p.name))
+        if p.is_dir() and (m := _TRL_DIR.match(p.name)) and (p / TRL_COMPLETE_MARKER).is_file()
     ]
     return max(steps, default=None)
 
 
 def local_trl_checkpoint(output_dir: Path) -> Path | None:
-    """The newest ``checkpoint-N`` directory on this node's disk, if any."""
+    """The newest complete ``checkpoint-N`` directory on this node's disk, if any."""
     step = _local_trl_step(output_dir)
     return output_dir / f"checkpoint-{step}" if step is not None else None
 
@@ -107,11 +115,31 @@ def restore_verl(
     return step
 
 
-def restore_trl(settings: StoreSettings, output_dir: Path) -> Path | None:
+def restore_trl(
+    settings: StoreSettings, output_dir: Path, *, local_wins: bool = True
+) -> Path | None:
     """Download the store's newest checkpoint as ``checkpoint-<N>``; returns the directory to
-    resume from (None: from scratch)."""
-    local = _local_trl_step(output_dir)
+    resume from (None: from scratch).
+
+    ``local_wins=False`` (multi-node jobs, called on every node): the store is the only complete
+    copy — transformers writes the model, optimizer and trainer state on global rank 0 only, so
+    another node's ``checkpoint-<N>`` holds just its RNG states, and a node whose container was
+    killed mid-save keeps a half-written one (the scratch volume survives a container restart
+    in the same pod) — so the store's checkpoint is always downloaded, whole, and every other
+    local ``checkpoint-*`` is removed (without one in the store, all of them: every node then
+    starts from scratch alike, and the node's other processes, which look for the newest local
+    directory, find the same one).
+    """
+    local = _local_trl_step(output_dir) if local_wins else None
     remote = _latest_remote(settings)
+    if not local_wins:
+        keep = output_dir / f"checkpoint-{remote[0]}" if remote is not None else None
+        for stale in output_dir.iterdir() if output_dir.is_dir() else []:
+            if stale != keep and stale.is_dir() and _TRL_DIR.match(stale.name):
+                logger.info("removing local %s: the store's checkpoint wins", stale)
+                shutil.rmtree(stale)
+        if remote is None:
+            return None
     if remote is None or (local is not None and local >= remote[0]):
         return local_trl_checkpoint(output_dir)
     step, download = remote
