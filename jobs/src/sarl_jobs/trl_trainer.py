@@ -27,19 +27,29 @@ The spec -> ``GRPOConfig``/``RLOOConfig`` mapping is ``sarl.runner.trl_config.tr
 (full state dict, gathered on rank 0), and rank 0 pushes each ``checkpoint-N`` directory to
 ``storage.checkpoint_uri`` (or the operator's ``SARL_CHECKPOINT_URI``); at start the newest
 complete one is restored from there (:mod:`sarl_jobs.resume`) and training resumes from it.
-Tracking: transformers' MLflow callback (``MLFLOW_TRACKING_URI``).
+Tracking (global rank 0): sarl's spooling :class:`sarl.tracking.tracker.Tracker`, not
+transformers' MLflow callback (``report_to`` is ``none``), so an MLflow outage of any length
+neither stops training nor drops a metric. The run is ``MLFLOW_RUN_ID`` (created by the operator;
+without it a new run of ``tracking.experiment_name`` is started) at ``MLFLOW_TRACKING_URI`` (or
+``tracking.mlflow_uri``; with neither, nothing is tracked). Every value TRL logs goes under its
+TRL name, at the optimizer step, into the spool on the job's scratch
+(``$TMPDIR/sarl-tracking/<run id>``) and is sent in the background; each uploaded checkpoint
+carries the unsent records (``sarl-tracking-spool/``), and a resumed job adopts them from the
+checkpoint it restores. At the end the job waits up to ``SARL_TRACKING_FINISH_WAIT_S`` for the
+drain, prints how many records are still spooled, and exits 0.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sarl.integrations.trl_cluster import (
     accelerate_config,
@@ -50,12 +60,18 @@ from sarl.integrations.trl_cluster import (
 from sarl.runner.tied_weights import quiet_tied_missing_keys
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
+from sarl.tracking.spool import IN_CHECKPOINT
 from sarl_jobs.cli import config_of, job_parser, plan_or_run
 from sarl_jobs.cluster import ClusterEnv
 from sarl_jobs.resume import StoreSettings, local_trl_checkpoint, restore_trl
 
+if TYPE_CHECKING:  # the tracker imports the MLflow client's dependencies
+    from sarl.tracking.tracker import Tracker
+
 #: Stands for the accelerate config file in a dry-run plan (written to a temp dir at start).
 ACCELERATE_CONFIG_PLACEHOLDER: Final = "<accelerate.yaml>"
+# Characters MLflow refuses in a metric name, replaced as transformers' MLflow callback does.
+_METRIC_NAME: Final = re.compile(r"[^0-9A-Za-z_\-\.\ :/]")
 
 
 def plan(exp: Experiment, environ: Mapping[str, str], cfg_path: str | Path) -> dict[str, Any]:
@@ -143,9 +159,6 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     exp = load_experiment(Path(cfg_path))
     check_supported(exp)
     spec = exp.spec
-    if spec.tracking.mlflow_uri:
-        os.environ.setdefault("MLFLOW_TRACKING_URI", spec.tracking.mlflow_uri)
-    os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", spec.tracking.experiment_name or exp.name)
     # Before torch.distributed starts: from then on transformers' save_pretrained writes only on
     # global rank 0, and the built-in model of every other node would lack its weights.
     model_path = _model_path(exp, Path(output_dir))
@@ -175,16 +188,94 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     )
     bind_trainer(rewards, trainer)  # the policy (embedder.kind 'policy') and its stop token ids
     store = StoreSettings.resolve(exp, os.environ)
-    trainer.add_callback(_upload_callback(store))
-    # Every node needs the files; one process per node downloads, the others wait for it.
+    # Every node needs the files; one process per node downloads, the others wait for it. With
+    # several nodes the store's checkpoint wins over a local one (on the scratch volume, which
+    # outlives a container restart: another node's holds only its RNG states, or half a save).
     resume_from = None
     if state.is_local_main_process:
-        resume_from = restore_trl(store, Path(output_dir))
+        nnodes = ClusterEnv.from_env(os.environ).nnodes
+        resume_from = restore_trl(store, Path(output_dir), local_wins=nnodes == 1)
     state.wait_for_everyone()
     if resume_from is None:
         resume_from = local_trl_checkpoint(Path(output_dir))
+    tracker = _open_tracker(exp, resume_from) if state.is_main_process else None
+    trainer.add_callback(_upload_callback(store, tracker))
+    if tracker is None:
+        _train(trainer, resume_from)
+        return
+    trainer.add_callback(_tracking_callback(tracker))
+    with tracker:  # FINISHED, or FAILED/KILLED after an error (a short wait for the drain)
+        _train(trainer, resume_from)
+    print(
+        f"tracking: {tracker.left} records of run {tracker.run_id} still spooled in "
+        f"{tracker.spool_dir} (those up to the last checkpoint are also in it); "
+        f"send them with: sarl tracking flush {tracker.spool_dir}",
+        flush=True,
+    )
+
+
+def _train(trainer: Any, resume_from: Path | None) -> None:
     with quiet_tied_missing_keys(trainer.model):  # tied lm_head: not in the checkpoint, by design
         trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+
+
+def _open_tracker(exp: Experiment, resume_from: Path | None) -> Tracker | None:
+    """The job's run (``MLFLOW_RUN_ID``, else a new one) with its spool on scratch, adopting the
+    unsent records ``resume_from`` carries; ``None`` when no tracking URI is set."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or exp.spec.tracking.mlflow_uri
+    if not uri:
+        return None
+    from sarl.tracking.tracker import Tracker, flatten_params
+
+    spools = Path(tempfile.gettempdir()) / "sarl-tracking"
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if run_id:
+        carried = [resume_from / IN_CHECKPOINT] if resume_from is not None else []
+        tracker = Tracker.resume(uri, run_id, spool_root=spools, carried=carried)
+        if resume_from is not None:  # the steps after the checkpoint are trained again
+            tracker.skip_logged_steps()
+        return tracker
+    import yaml
+
+    from sarl.spec.secrets import redact
+
+    spec = redact(exp.model_dump(mode="json"))
+    return Tracker.start(
+        uri,
+        exp.spec.tracking.experiment_name or exp.name,
+        exp.name,
+        tags={**exp.spec.tracking.tags, "sarl.backend": "trl"},
+        params=flatten_params(spec["spec"]),
+        spec_yaml=yaml.safe_dump(spec, sort_keys=False),
+        spool_root=spools,
+    )
+
+
+def _tracking_callback(tracker: Tracker) -> Any:
+    """A TrainerCallback spooling each log's numbers (TRL's names, at the optimizer step) into
+    ``tracker``, as transformers' MLflow callback logged them, on global rank 0 only — but each
+    metric once per step: the end-of-training summary repeats ``epoch`` at the last step."""
+    from transformers import TrainerCallback
+
+    class SpoolMetrics(TrainerCallback):
+        def __init__(self) -> None:
+            self.last_step: dict[str, int] = {}  # metric -> last step it was logged at
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any
+        ) -> None:
+            step = int(state.global_step)
+            metrics = {
+                _METRIC_NAME.sub("_", key): float(value)
+                for key, value in (logs or {}).items()
+                if isinstance(value, int | float) and not isinstance(value, bool)
+            }
+            metrics = {k: v for k, v in metrics.items() if self.last_step.get(k, -1) < step}
+            if metrics:
+                tracker.log_metrics(metrics, step=step)
+                self.last_step.update(dict.fromkeys(metrics, step))
+
+    return SpoolMetrics()
 
 
 def _model_path(exp: Experiment, root: Path) -> str:
@@ -196,8 +287,10 @@ def _model_path(exp: Experiment, root: Path) -> str:
     return str(prepare_tiny_policy(spec.data, spec.model, cache_dir=root / "cache"))
 
 
-def _upload_callback(settings: StoreSettings) -> Any:
-    """A TrainerCallback pushing each saved ``checkpoint-N`` to the store (rank 0 only)."""
+def _upload_callback(settings: StoreSettings, tracker: Tracker | None) -> Any:
+    """A TrainerCallback pushing each saved ``checkpoint-N`` to the store (rank 0 only), with
+    the tracking spool's unsent records in it (``sarl-tracking-spool/``, written first: the step's
+    metrics are spooled by then, transformers calls ``on_log`` before ``on_save``)."""
     from transformers import TrainerCallback
 
     uri = settings.uri
@@ -210,6 +303,8 @@ def _upload_callback(settings: StoreSettings) -> Any:
 
             store = open_store(uri, endpoint_url=settings.endpoint_url)
             step_dir = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if tracker is not None:
+                tracker.snapshot(step_dir / IN_CHECKPOINT)
             store.save(state.global_step, step_dir, {"backend": "trl"})
             store.prune(settings.keep_last)
 

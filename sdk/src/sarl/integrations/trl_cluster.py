@@ -97,7 +97,7 @@ def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
         "save_strategy": "steps",
         "save_steps": storage.every_n_steps,
         "save_total_limit": storage.keep_last,
-        "report_to": ["mlflow"],
+        "report_to": "none",  # sarl_jobs.trl_trainer logs through sarl's spooling Tracker
         "run_name": exp.name,
         "disable_tqdm": True,
     }
