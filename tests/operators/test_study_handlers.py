@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 import pytest
 
+from sarl.spec.study import Study, StudyRun
 from sarl_operator import handlers, study_handlers
 from sarl_operator.tracking import Progress, RunRef, TrackingError
 from tests.operators.cases import IMAGE, NAMESPACE, PLATFORM
@@ -302,3 +303,37 @@ def test_an_experiment_of_the_same_name_not_owned_is_left_alone() -> None:
     ready = next(c for c in h.status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "NameConflict")
     assert ("Warning", "NameConflict") in [e[:2] for e in h.events]
+
+
+def test_a_spec_is_validated_and_expanded_once_not_at_every_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Validating a Study expands and checks every arm x seed Experiment (~0.1 s of CPU); one
+    operator process ticks every Study it watches each interval, so a tick reuses what its spec
+    expanded to and a changed spec is validated once (Kubernetes API: an in-memory fake)."""
+    h = Harness(small_doc("once", seeds=2, parallelism=1))
+    h.reconcile()
+    loads: list[str] = []
+    expansions: list[str] = []
+    load_study, runs = study_handlers.load_study, Study.runs
+
+    def counted_load(doc: dict[str, Any]) -> Study:
+        loads.append(doc["spec"]["arms"][0]["name"])
+        return load_study(doc)
+
+    def counted_runs(self: Study, parent_run_id: str | None = None) -> list[StudyRun]:
+        expansions.append(self.name)
+        return runs(self, parent_run_id)
+
+    monkeypatch.setattr(study_handlers, "load_study", counted_load)
+    monkeypatch.setattr(Study, "runs", counted_runs)
+    for _ in range(3):
+        h.refresh()
+    h.set_phase("once-low-s0", "Succeeded")
+    h.refresh()
+    assert "once-high-s0" in h.experiments()
+    assert (loads, expansions) == ([], [])
+    h.body["spec"] = {**h.body["spec"], "arms": [*h.body["spec"]["arms"]][::-1]}
+    for _ in range(3):
+        h.refresh()
+    assert loads == ["high"]
