@@ -501,3 +501,19 @@ def test_missing_operator_fails_once_naming_what_to_install(
     assert [e for e in events if e[1] == "PhaseFailed"] == [
         ("Warning", "PhaseFailed", "phase None -> Failed")
     ]
+
+
+def test_only_warnings_of_the_log_become_events_and_explicit_events_still_post() -> None:
+    """kopf 1.45 ``_core/engines/posting.py``: ``K8sPoster.filter`` posts a log record when
+    ``record.levelno >= settings.posting.level``; ``event()`` enqueues without that check."""
+    import inspect
+    import logging
+
+    from kopf._core.engines import posting
+
+    settings = kopf.OperatorSettings()
+    assert settings.posting.level == logging.INFO  # kopf's default: every INFO line is an Event
+    handlers.post_only_warnings_as_events(settings=settings)
+    assert settings.posting.level == logging.WARNING
+    assert "settings.posting.level" in inspect.getsource(posting.K8sPoster.filter)
+    assert "posting.level" not in inspect.getsource(posting.event)

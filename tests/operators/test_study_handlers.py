@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 import pytest
 
+from sarl.spec.loader import load_study
 from sarl.spec.study import Study, StudyRun
 from sarl_operator import handlers, study_handlers
 from sarl_operator.tracking import Progress, RunRef, TrackingError
@@ -315,7 +316,7 @@ def test_a_spec_is_validated_and_expanded_once_not_at_every_tick(
     h.reconcile()
     loads: list[str] = []
     expansions: list[str] = []
-    load_study, runs = study_handlers.load_study, Study.runs
+    runs = Study.runs
 
     def counted_load(doc: dict[str, Any]) -> Study:
         loads.append(doc["spec"]["arms"][0]["name"])

@@ -577,6 +577,16 @@ def on_experiment(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 _INTERVAL_S: Final = status_interval_s(os.environ)
 
 
+@kopf.on.startup()
+def post_only_warnings_as_events(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """kopf turns every INFO line logged about an object into a Kubernetes Event (posting.level
+    INFO by default; the filter of ``K8sPoster`` in kopf 1.45 ``_core/engines/posting.py``),
+    "Timer 'on_timer' succeeded." included: one API write per Experiment and Study at every
+    status tick. Only warnings and errors are posted from the log; the operator's own Events
+    (phase and condition transitions, ``kopf.event``, which that level does not filter) stay."""
+    settings.posting.level = logging.WARNING
+
+
 @kopf.timer(GROUP, VERSION, PLURAL, interval=_INTERVAL_S, initial_delay=_INTERVAL_S)
 def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     settings = Settings.from_env(os.environ)
