@@ -8,6 +8,7 @@ No Docker engine runs here: the Makefile is read with `make -n` (what it would r
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -53,9 +54,13 @@ def _set_values(block: str) -> dict[str, Any]:
 def test_make_images_builds_every_dockerfile_under_the_chart_names() -> None:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
+    # Not a sub-make of the caller's `make test`: its MAKEFLAGS/MAKELEVEL would add "Entering
+    # directory" lines to what -n prints.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     out = subprocess.run(
-        ["make", "-n", "images", f"REGISTRY={REGISTRY}", f"TAG={TAG}"],
+        ["make", "--no-print-directory", "-n", "images", f"REGISTRY={REGISTRY}", f"TAG={TAG}"],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
         check=True,
@@ -85,7 +90,14 @@ def test_make_images_builds_every_dockerfile_under_the_chart_names() -> None:
 def test_push_images_without_a_registry_says_so() -> None:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    run = subprocess.run(["make", "push-images"], cwd=ROOT, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    run = subprocess.run(
+        ["make", "--no-print-directory", "push-images"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert run.returncode != 0
     assert "set REGISTRY=" in run.stdout + run.stderr
 
