@@ -6,6 +6,7 @@ at a cluster. Everything else runs everywhere.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from collections.abc import Iterator
@@ -59,3 +60,17 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     with running_mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def _spools_in_tmp(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trackers made without a spool folder (a Study's parent run, say) spool under the test's
+    own tmp dir (beside ``tmp_path``, which tests may expect empty), not ``./.sarl/spool`` of the
+    checkout the suite runs in. Only where the tracker can
+    be imported (the verl environment has no MLflow)."""
+    if importlib.util.find_spec("mlflow") is None:
+        return
+    spools = tmp_path_factory.mktemp("spool")
+    monkeypatch.setattr("sarl.tracking.tracker.DEFAULT_SPOOL_ROOT", spools)

@@ -20,12 +20,6 @@ import pytest
 from sarl.testing.mlflow_server import MlflowServer
 
 
-@pytest.fixture(autouse=True)
-def _spools_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trackers made without a spool folder spool under the test's tmp dir, not ``./.sarl``."""
-    monkeypatch.setattr("sarl.tracking.tracker.DEFAULT_SPOOL_ROOT", tmp_path / "spool")
-
-
 @pytest.fixture
 def experiment_name() -> str:
     """A fresh experiment name, so tests sharing the server do not see each other's runs."""
