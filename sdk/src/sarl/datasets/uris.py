@@ -79,7 +79,7 @@ def write_parquet(
 
 def write_atomic(path: Path, data: bytes) -> None:
     """``data`` at ``path`` (parents created), atomically: the checkpoint store's writer."""
-    from sarl.storage.local import write_atomic as store_write
+    from sarl.durable import write_atomic as store_write
 
     path.parent.mkdir(parents=True, exist_ok=True)
     store_write(path, data)

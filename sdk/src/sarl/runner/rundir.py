@@ -85,7 +85,7 @@ class RunDir:
             return None
 
     def write_marker(self, marker: RunMarker) -> None:
-        from sarl.storage.local import write_atomic
+        from sarl.durable import write_atomic
 
         self.root.mkdir(parents=True, exist_ok=True)
         write_atomic(self.root / MARKER, json.dumps(asdict(marker), indent=2).encode())

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sarl.durable import fsync_dir as _fsync_dir
+from sarl.durable import write_atomic
 from sarl.storage.base import (
     FILES_DIR,
     MANIFEST_NAME,
@@ -256,26 +258,3 @@ def _remove_if_unowned(path: Path) -> bool:
         raise StorageError(f"removing leftover {path} failed: {e}") from e
     finally:
         os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """``data`` at ``path`` via a temp sibling, fsync, rename and directory fsync: readers see the
-    old file or the whole new one (also used by ``sarl.datasets`` for local parquet files)."""
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
-    try:
-        with tmp.open("xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)

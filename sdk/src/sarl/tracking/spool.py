@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from sarl.durable import fsync_dir as _fsync_dir
+from sarl.durable import write_atomic as _write_bytes
+
 FORMAT: Final = "sarl-tracking-spool"
 HEADER: Final = "spool.json"
 RECORDS: Final = "records.jsonl"
@@ -290,26 +293,3 @@ def _read_acked(root: Path) -> int:
 
 def _write_json(path: Path, value: Any) -> None:
     _write_bytes(path, json.dumps(value).encode())
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    """``data`` at ``path`` via a temp sibling, fsync, rename and directory fsync (as
-    ``sarl.storage.local.write_atomic``, without importing the storage package)."""
-    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex}")
-    try:
-        with tmp.open("xb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
