@@ -13,7 +13,7 @@ TORCH := torch==2.13.0
 PIP_FLAGS := --disable-pip-version-check --progress-bar off -q
 
 .DEFAULT_GOAL := help
-.PHONY: images push-images help setup setup-main setup-verl demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
+.PHONY: gpu-wheels gpu-check images push-images help setup setup-main setup-verl demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
 
 help: ## List targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -81,6 +81,19 @@ check-generated: setup-main ## Fail if generated files are out of date
 
 check-images: setup-main ## Resolve every image's Python packages (base pins + Dockerfile) with pip; needs PyPI
 	$(PY) tests/images/resolve.py
+
+# The GPU check (docs/gpu-check.md): `make gpu-wheels` here (needs PyPI) fills .whl/ with what a
+# GPU machine without network lacks; there, `make gpu-check WHEELS=.whl` installs it and runs the
+# check. Without a GPU, `make gpu-check` runs the same parts on the CPU at small sizes (as CI does).
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+WHEELS ?=
+GPU_CHECK_ARGS ?=
+
+gpu-wheels: setup-main ## Wheels + the carried embedding model for an offline GPU machine, into .whl/
+	$(PY) tests/gpu/wheels.py --out .whl
+
+gpu-check: ## Train, embed and score on CUDA: out/gpu-check/report.json (WHEELS=.whl installs first)
+	$(GPU_PYTHON) tests/gpu/check.py --out out/gpu-check $(if $(WHEELS),--wheels $(WHEELS)) $(GPU_CHECK_ARGS)
 
 # `make images REGISTRY=registry.example.com/team TAG=0.1.0` tags each image
 # <REGISTRY>/sarl-<name>:<TAG>; `make push-images` (same variables) pushes them. Empty REGISTRY: local

@@ -26,11 +26,12 @@ def _has_gpu() -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu = None
     for item in items:
-        if "gpu" in item.keywords:
+        # The marker, not item.keywords: keywords also hold folder names (tests/gpu/).
+        if item.get_closest_marker("gpu") is not None:
             gpu = _has_gpu() if gpu is None else gpu
             if not gpu:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
-        if "e2e" in item.keywords and not os.environ.get("KUBECONFIG"):
+        if item.get_closest_marker("e2e") is not None and not os.environ.get("KUBECONFIG"):
             item.add_marker(pytest.mark.skip(reason="needs a cluster (set KUBECONFIG)"))
 
 

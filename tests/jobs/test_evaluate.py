@@ -177,6 +177,7 @@ def test_verl_checkpoint_without_hf_weights_is_explained(tmp_path: Path) -> None
 
 @pytest.mark.gpu
 def test_vllm_generates_k_samples(tiny_model: Path) -> None:
+    pytest.importorskip("vllm")  # not on a GPU machine without it (tests/gpu/check.py)
     from sarl.evaluation.generation import VLLMGenerator
 
     generator = VLLMGenerator(str(tiny_model), dtype="float32")

@@ -273,9 +273,10 @@ def warm_start(
     losses: list[float] = []
     start = time.perf_counter()
     model.train()
+    device = next(model.parameters()).device  # the batches are built on the CPU
     bar = progress_bar(range(cfg.steps), desc="warm start (SFT)", enabled=progress, unit="step")
     for _ in bar:
-        loss = model(**next(batches)).loss
+        loss = model(**{k: v.to(device) for k, v in next(batches).items()}).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -430,6 +431,8 @@ def _prepare(
         corpus(problems, rng) + prompts + extra_texts, model_spec.tiny.vocab_size
     )
     model = build_tiny_qwen(tokenizer, model_spec.tiny, seed=seed)
+    device = warm_start_device()
+    model.to(device)  # type: ignore[arg-type]  # transformers' stub types .to() oddly
     metrics = warm_start(
         model,
         tokenizer,
@@ -447,9 +450,20 @@ def _prepare(
         "task": data_spec.task,
         "warm_start_problems": len(problems),
         "metrics": metrics,
+        "warm_start_device": device,
     }
+    model.to("cpu")  # type: ignore[arg-type]  # saved from the CPU, wherever it trained
     _save_atomically(target, model, tokenizer, meta)
     return target
+
+
+def warm_start_device() -> str:
+    """Where the warm start trains: the current CUDA device when torch sees one (a GPU-sized
+    built-in policy would take hours of SFT on a CPU), else the CPU. Only the speed differs; the
+    cache key does not include it."""
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
 
 
 def _save_atomically(
