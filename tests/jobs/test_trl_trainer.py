@@ -91,3 +91,24 @@ def test_ppo_is_refused_with_a_pointer_to_verl(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(exp.model_dump(mode="json")))
     with pytest.raises(ValueError, match="verl_trainer"):
         main(path)  # refused before anything is launched
+
+
+def test_on_gpus_only_fsdp_checkpoints_activations(tmp_path: Path) -> None:
+    """transformers' ``Trainer.__init__`` (trainer.py, v5.17.0 to v5.24.0) refuses FSDP's
+    activation checkpointing together with its own, and TRL's configs turn the latter on by
+    default: the GPU job turns it off (FSDP2 does it), the CPU job (DDP) keeps TRL's."""
+    import dataclasses
+
+    from sarl_jobs.trl_trainer import _known_fields
+
+    exp = experiment("paper-grpo-math")
+    assert accelerate_config(exp)["fsdp_config"]["fsdp_activation_checkpointing"] is True
+    config_cls, _ = trainer_classes("grpo")
+    local = training_args(config_cls, exp, tmp_path, [1.0], progress=False)
+    assert local.gradient_checkpointing  # TRL's default
+    overrides = {**cluster_overrides(exp, 8), "use_cpu": True, "bf16": False}  # CPU-only here
+    args = dataclasses.replace(local, **_known_fields(local, overrides))
+    assert not args.gradient_checkpointing
+    assert not getattr(args, "activation_checkpointing", False)
+    cpu = experiment("local-grpo-arithmetic", resources={"gpus_per_node": 0})
+    assert cluster_overrides(cpu, 1)["gradient_checkpointing"] is True

@@ -179,7 +179,9 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     config_cls, trainer_cls = trainer_classes(spec.algorithm.name)
     weights = [t.weight for t in spec.reward]
     local = training_args(config_cls, exp, Path(output_dir), weights, progress=False)
-    args = dataclasses.replace(local, **cluster_overrides(exp, state.num_processes))
+    args = dataclasses.replace(
+        local, **_known_fields(local, cluster_overrides(exp, state.num_processes))
+    )
     trainer = trainer_cls(
         model=model_path,
         reward_funcs=rewards,
@@ -212,6 +214,16 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
         f"send them with: sarl tracking flush {tracker.spool_dir}",
         flush=True,
     )
+
+
+def _known_fields(args: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` for ``dataclasses.replace(args, ...)``; ``gradient_checkpointing`` also as
+    ``activation_checkpointing`` where transformers has that name (5.2x), which otherwise wins
+    over the old one in ``TrainingArguments.__post_init__``."""
+    names = {f.name for f in dataclasses.fields(args)}
+    if "gradient_checkpointing" in overrides and "activation_checkpointing" in names:
+        overrides = {**overrides, "activation_checkpointing": overrides["gradient_checkpointing"]}
+    return overrides
 
 
 def _train(trainer: Any, resume_from: Path | None) -> None:

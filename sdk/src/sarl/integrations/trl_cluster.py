@@ -91,6 +91,10 @@ def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
         # Derived from the two above; the local config's value would conflict with them.
         "generation_batch_size": None,
         "use_cpu": cpu,
+        # On GPUs FSDP2 checkpoints activations itself (accelerate_config); transformers refuses
+        # the Trainer's own as well (Trainer.__init__, transformers 5.17-5.24: "can't both be set
+        # to True"), and TRL turns it on by default. DDP on CPUs keeps TRL's.
+        "gradient_checkpointing": cpu,
         # Mixed precision on GPUs only: CPU autocast in bf16 is slow and fp16 is refused there.
         "bf16": dtype == "bfloat16" and not cpu,
         "fp16": dtype == "float16" and not cpu,
