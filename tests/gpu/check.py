@@ -584,6 +584,20 @@ def prepared_policy(ctx: Context) -> Path | None:
     return found[-1].parent if found else None
 
 
+def prepare_policy(ctx: Context) -> Path:
+    """The train part's built-in policy (warm-started on this device), into the same cache."""
+    from sarl.runner.tiny import prepare_tiny_policy
+    from sarl.spec.experiment import Experiment
+
+    spec = experiment(ctx, "policy", [{"name": "ground_truth"}], 1, device=ctx.device,
+                      store=ctx.work / "unused", tracking_uri="")  # fmt: skip
+    exp = Experiment.model_validate(spec)
+    return prepare_tiny_policy(
+        exp.spec.data, exp.spec.model, cache_dir=ctx.work / "policy-cache", progress=False,
+        max_response_tokens=exp.spec.algorithm.max_response_length,
+    )  # fmt: skip
+
+
 def policy_parameters(ctx: Context) -> int | None:
     path = prepared_policy(ctx)
     if path is None:
@@ -648,15 +662,16 @@ def sync(device: str) -> None:
 
 
 def synthetic_responses(n: int, mean_steps: int, seed: int = 0) -> list[str]:
-    """``n`` responses with a ``<think>`` block of mean_steps ± 10 % short step texts."""
+    """``n`` responses with a ``<think>`` block of mean_steps ± 10 % short step texts, every step
+    text distinct (the embedders skip repeated texts: repeats would flatter the embed time)."""
     from bench_embedding_service import step_texts
 
     rng = random.Random(seed)
-    pool = step_texts(4096, seed=seed)
+    counts = [max(2, round(mean_steps * rng.uniform(0.9, 1.1))) for _ in range(n)]
+    pool = iter(step_texts(sum(counts), seed=seed))
     out = []
-    for _ in range(n):
-        m = max(2, round(mean_steps * rng.uniform(0.9, 1.1)))
-        steps = [rng.choice(pool) for _ in range(m)]
+    for m in counts:
+        steps = [next(pool) for _ in range(m)]
         out.append("<think>\n" + "\n\n".join(steps) + "\n</think>\nThe answer is \\boxed{42}.")
     return out
 
@@ -712,9 +727,7 @@ def part_policy_embeddings(ctx: Context) -> dict[str, Any]:
     from sarl.embedding.policy import PolicyEmbedder
     from sarl.rewards.structure.config import StructureRewardConfig
 
-    path = prepared_policy(ctx)
-    if path is None:
-        raise RuntimeError("no prepared built-in policy (the train part prepares it)")
+    path = prepared_policy(ctx) or prepare_policy(ctx)
     s = ctx.size
     dtype = torch.bfloat16 if ctx.device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(ctx.device)
