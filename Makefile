@@ -22,7 +22,7 @@ $(VENV)/.installed: sdk/pyproject.toml services/pyproject.toml operators/pyproje
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
 	$(PY) -m pip install $(PIP_FLAGS) $(TORCH)
-	$(PY) -m pip install $(PIP_FLAGS) -e "sdk[embed,trl,local,math,data,dev]"
+	$(PY) -m pip install $(PIP_FLAGS) -e "sdk[embed,trl,local,math,data,notebook,dev]"
 	$(PY) -m pip install $(PIP_FLAGS) -e services -e "operators[test]" -e jobs
 	touch $@
 

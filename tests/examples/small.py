@@ -68,6 +68,13 @@ def assert_every_cell_ran(nb: NotebookNode) -> None:
         assert "Traceback" not in c.stderr and "Warning" not in c.stderr, c.source
 
 
+def assert_no_stderr(nb: NotebookNode) -> None:
+    """No cell wrote to stderr: a front end shows each such output as an error box, and a run
+    that went well has nothing to warn about (MLflow's INFO lines, sarl's status lines)."""
+    for c in cells(nb):
+        assert c.stderr == "", f"{c.source.splitlines()[0]!r} wrote to stderr: {c.stderr[:500]!r}"
+
+
 @dataclass
 class Cell:
     """One executed code cell: its source and outputs, read the way a test asserts on them."""

@@ -1,7 +1,8 @@
 """``examples/notebooks/01-quickstart.ipynb`` runs top to bottom in a real kernel with CI-sized
 settings, in a temporary working directory, and shows what it promises: the validated spec and
 the readable errors of bad ones, a progress bar and the run's summary as HTML, the reasoning maps
-inline, offline scores of the bundled traces, the run found in MLflow.
+inline, offline scores of the bundled traces, the run found in MLflow; and no cell writes to
+stderr (a front end's error box).
 
 A cell that raises fails the test (nbclient's ``CellExecutionError`` names the cell).
 """
@@ -15,7 +16,15 @@ import pytest
 from nbformat import NotebookNode
 
 from tests.examples.notebooks import NOTEBOOKS
-from tests.examples.small import EXAMPLES, SMALL, assert_every_cell_ran, cell, execute_small
+from tests.examples.small import (
+    EXAMPLES,
+    SMALL,
+    assert_every_cell_ran,
+    assert_no_stderr,
+    cell,
+    cells,
+    execute_small,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -31,9 +40,13 @@ def test_every_cell_ran(executed: tuple[NotebookNode, Path]) -> None:
     assert_every_cell_ran(executed[0])
 
 
+def test_no_cell_wrote_to_stderr(executed: tuple[NotebookNode, Path]) -> None:
+    assert_no_stderr(executed[0])
+
+
 def test_spec_is_validated_with_the_injected_settings(executed: tuple[NotebookNode, Path]) -> None:
     nb, _ = executed
-    out = cell(nb, "experiment = client.validate(doc)").stdout
+    out = cell(nb, "experiment = client.validate(spec_file, overrides=OVERRIDES)").stdout
     assert "local-structure - grpo arithmetic" in out
     assert "max_steps: 2" in out  # the parameters the test injected reached the spec
 
@@ -42,9 +55,13 @@ def test_bad_specs_say_which_field_in_one_line(executed: tuple[NotebookNode, Pat
     nb, _ = executed
     lines = cell(nb, "except SpecError as error").stdout.splitlines()
     assert len(lines) == 2
-    assert lines[0] == "spec.algorithm.learning_rate=-1.0: Input should be greater than 0"
-    # A mapping is not echoed (it could hold a secret, sarl.spec.secrets); the name is.
-    assert lines[1].startswith("spec.reward.0=<mapping>: reward: unknown name 'structur'")
+    # The file, and that overrides took part: the bad values are theirs.
+    where = f"{EXAMPLES / 'local-structure.yaml'} + overrides: "
+    assert lines[0] == f"{where}spec.algorithm.learning_rate=-1.0: Input should be greater than 0"
+    # The field is named, and the closest reward name suggested.
+    assert lines[1] == (
+        f"{where}spec.reward[0].name='structur': unknown reward; did you mean 'structure'?"
+    )
 
 
 def test_run_shows_a_progress_bar_and_its_summary(executed: tuple[NotebookNode, Path]) -> None:
@@ -73,9 +90,10 @@ def test_traces_are_scored_with_two_rewards(executed: tuple[NotebookNode, Path])
     table = cell(nb, "scores = pd.DataFrame").html
     for column in ("structure", "ground_truth", "mul-1", "div-4"):
         assert column in table
-    maps = cell(nb, 'Gallery.from_files("reasoning maps of two traces"').html
-    assert maps.count("data:image/png;base64,") == 2
-    assert re.search(r"<figcaption>mul-1</figcaption>", maps)
+    (gallery,) = [c for c in cells(nb) if c.source.strip() == "maps"]
+    assert "reasoning maps of two traces" in gallery.html
+    assert gallery.html.count("data:image/png;base64,") == 2
+    assert re.search(r"<figcaption>mul-1</figcaption>", gallery.html)
 
 
 def test_the_run_is_in_mlflow(executed: tuple[NotebookNode, Path]) -> None:

@@ -36,3 +36,11 @@ def test_without_a_uri_nothing_is_uploaded(tmp_path: Path) -> None:
     callback = StoreCheckpointCallback(config={"trainer": {}})
     callback.on_save(global_step=1, checkpoint_dir=str(save_step(tmp_path, 1)))
     assert callback.store is None
+
+
+def test_built_away_from_the_jobs_driver_it_refuses_to_start(tmp_path: Path) -> None:
+    """verl's TaskRunner on another node than the driver would write metrics nobody reads."""
+    metrics = tmp_path / "tracking" / "metrics.jsonl"  # no snapshots/ beside it: no driver here
+    config = {"sarl": {"tracking": {"metrics_file": str(metrics)}}}
+    with pytest.raises(RuntimeError, match="not on the node of the job's driver"):
+        StoreCheckpointCallback(config=config)

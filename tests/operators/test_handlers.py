@@ -221,12 +221,14 @@ def test_invalid_spec_is_permanent_error_naming_field() -> None:
 
 
 def test_spec_the_trainer_refuses_fails_at_reconcile_naming_the_field() -> None:
-    """verl takes one reward term: refused before any child or run, not in a restarting pod."""
+    """verl cannot give a reward the policy's hidden states (its rollouts come from vLLM):
+    refused before any child or run, not in a restarting pod."""
     spec = copy.deepcopy(CASES["sarl-grpo-math"]()["spec"])
-    spec["reward"] = [{"name": "structure"}, {"name": "ground_truth", "weight": 0.5}]
+    policy = {"embedder": {"kind": "policy"}}
+    spec["reward"] = [{"name": "ground_truth"}, {"name": "structure", "settings": policy}]
     api, events, tracker = FakeApi(), list[tuple[str, ...]](), FakeTracker()
     patch: dict[str, Any] = {}
-    with pytest.raises(kopf.PermanentError, match=r"spec\.reward: the verl trainer"):
+    with pytest.raises(kopf.PermanentError, match=r"spec\.reward\[1\]\.settings\.embedder"):
         handlers.reconcile(
             _body("sarl-grpo-math", spec),
             patch,
@@ -254,7 +256,9 @@ def test_run_created_once_and_passed_to_the_job() -> None:
     body = _body("sarl-grpo-math")
     body["status"] = _reconcile(body, api, events, settings, tracker)["status"]
     assert body["status"]["mlflowRunId"] == "run-1"
-    assert body["status"]["mlflowRunUrl"] == "https://mlflow.example.com/#/experiments/7/runs/run-1"
+    assert body["status"]["mlflowRunUrl"] == (
+        "https://mlflow.example.com/#/experiments/7/runs/run-1?workflowType=machine_learning"
+    )
     assert _env(api, "sarl-grpo-math")["MLFLOW_RUN_ID"] == "run-1"
     _reconcile(body, api, events, settings, tracker)
     assert tracker.calls == ["sarl-grpo-math"]  # the second reconcile reused the status

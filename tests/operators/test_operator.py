@@ -239,7 +239,9 @@ def test_children_are_owned_and_the_job_logs_into_the_experiments_run(
     run = MlflowClient(mlflow_server.url).get_run(run_id)
     assert run.data.tags["sarl.dev/experiment-uid"] == uid and run.info.run_name == "owned"
     eid = run.info.experiment_id
-    assert status["mlflowRunUrl"] == f"https://mlflow.example.com/#/experiments/{eid}/runs/{run_id}"
+    assert status["mlflowRunUrl"] == (
+        f"https://mlflow.example.com/#/experiments/{eid}/runs/{run_id}?workflowType=machine_learning"
+    )
     assert status["phase"] == "Pending"
     assert _condition(server, "owned", "TrackingReady")["status"] == "True"  # type: ignore[index]
 

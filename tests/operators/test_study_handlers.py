@@ -140,7 +140,9 @@ def test_fan_out_two_arms_two_seeds_owned_labelled_and_nested_under_the_parent_r
     assert kwargs["tags"] == {"sarl.role": "study", "sarl.study": "fan"}
     status = h.status
     assert status["mlflowParentRunId"] == "parent-1"
-    assert status["mlflowRunUrl"] == "https://mlflow.example.com/#/experiments/7/runs/parent-1"
+    assert status["mlflowRunUrl"] == (
+        "https://mlflow.example.com/#/experiments/7/runs/parent-1?workflowType=machine_learning"
+    )
     assert (status["phase"], _counts(status)) == ("Pending", (4, 4, 0, 0, 0))
     assert ("create", "ConfigMap") in h.api.writes
     created = [e for e in h.events if e[1] == "Created"]
@@ -245,16 +247,16 @@ def test_invalid_study_is_failed_naming_the_field_and_creates_nothing() -> None:
 
 
 def test_an_arm_the_trainer_refuses_is_failed_naming_the_arm() -> None:
-    """verl takes one reward term: the Experiment's reconcile would refuse it, so the Study does
-    (Kubernetes API: an in-memory fake, no real cluster here)."""
+    """verl cannot give a reward the policy's hidden states: the Experiment's reconcile would
+    refuse it, so the Study does (Kubernetes API: an in-memory fake, no real cluster here)."""
     doc = small_doc("refused")
     doc["spec"]["arms"][1]["override"]["reward"] = [
-        {"name": "structure", "settings": {"embedder": {"kind": "local"}}},
+        {"name": "structure", "settings": {"embedder": {"kind": "policy"}}},
         {"name": "ground_truth", "weight": 0.5},
     ]
     h = Harness(doc)
     with pytest.raises(
-        kopf.PermanentError, match=r"spec\.arms\[1\] \(high, seed 0\): spec\.reward"
+        kopf.PermanentError, match=r"spec\.arms\[1\] \(high, seed 0\): spec\.reward\[0\]"
     ):
         h.reconcile()
     assert h.api.writes == [] and h.status["phase"] == "Failed"

@@ -178,7 +178,9 @@ def test_fan_out_is_owned_labelled_and_nested_under_the_parent_run(
     assert parent_run.data.tags["sarl.dev/experiment-uid"] == uid
     status = _status(server, "fan")
     eid = parent_run.info.experiment_id
-    assert status["mlflowRunUrl"] == f"https://mlflow.example.com/#/experiments/{eid}/runs/{parent}"
+    assert status["mlflowRunUrl"] == (
+        f"https://mlflow.example.com/#/experiments/{eid}/runs/{parent}?workflowType=machine_learning"
+    )
     assert _counts(server, "fan") == (4, 4, 0, 0, 0) and status["phase"] == "Pending"
     # The Experiment handlers create each run's MLflow run nested under the parent.
     child_run = wait_for(

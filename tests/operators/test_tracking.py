@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,7 +46,9 @@ def test_progress_from_metrics(metrics: list[dict[str, Any]], expected: Progress
 
 def test_run_url_and_filter() -> None:
     ref = RunRef(run_id="abc", experiment_id="4")
-    assert run_url("http://mlflow:5000/", ref) == "http://mlflow:5000/#/experiments/4/runs/abc"
+    assert run_url("http://mlflow:5000/", ref) == (
+        "http://mlflow:5000/#/experiments/4/runs/abc?workflowType=machine_learning"
+    )
     assert uid_filter("u-1") == "tags.`sarl.dev/experiment-uid` = 'u-1'"
 
 
@@ -67,6 +70,42 @@ def test_run_found_by_uid_tag_and_progress_read(mlflow_server: Any) -> None:
     for step, value in [(1, 0.1), (2, 0.4)]:
         client.log_metric(first.run_id, "reward/mean", value, step=step)
     assert tracking.latest_progress(first.run_id) == Progress(step=2, reward=0.4)
+
+
+def test_experiments_are_model_training_and_runs_described_with_arm_params(
+    mlflow_server: Any,
+) -> None:
+    from mlflow import MlflowClient
+
+    from sarl.tracking.describe import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND, NOTE_TAG
+
+    tracking = MlflowTracking(mlflow_server.url)
+    client = MlflowClient(mlflow_server.url)
+    name = f"kind-{uuid.uuid4().hex[:8]}"
+    ref = tracking.ensure_run(
+        name,
+        run_name="fan-structure-s1",
+        namespace="ns",
+        uid="uid-k",
+        params={"arm": "structure", "seed": "1"},
+        description="Arm **structure**, seed 1.",
+        experiment_description="Study 'fan'.",
+    )
+    experiment = client.get_experiment(ref.experiment_id)
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    assert experiment.tags[NOTE_TAG] == "Study 'fan'."
+    run = client.get_run(ref.run_id)
+    assert run.data.params == {"arm": "structure", "seed": "1"}
+    assert run.data.tags[NOTE_TAG] == "Arm **structure**, seed 1."
+    # A reconcile that finds the run logs the same params again: accepted, nothing changes.
+    again = tracking.ensure_run(
+        name, run_name="x", namespace="ns", uid="uid-k", params={"arm": "structure", "seed": "1"}
+    )
+    assert again == ref
+    # An experiment made elsewhere gets the kind it lacks.
+    plain = client.create_experiment(f"plain-{uuid.uuid4().hex[:8]}")
+    assert tracking.experiment_id(client.get_experiment(plain).name) == plain
+    assert client.get_experiment(plain).tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
 
 
 def test_unreachable_server_raises_after_bounded_retries() -> None:

@@ -67,6 +67,28 @@ def test_gallery_embeds_pngs_and_lists_them_in_text(tmp_path: Path) -> None:
     assert "sample-0 (PNG, 24 bytes)" in str(gallery)
 
 
+def _png_of_width(width: int) -> bytes:
+    """The first bytes of a PNG: signature, then the IHDR chunk with ``width`` x 10."""
+    return b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + width.to_bytes(4, "big") + b"\x00" * 9
+
+
+def test_gallery_shows_each_picture_at_its_own_width_within_the_output() -> None:
+    gallery = display.Gallery("maps", (display.Image("a", _png_of_width(770)),))
+    html = gallery._repr_html_()
+    # One PNG pixel per CSS pixel, as drawn to be read; shrunk only when the output is narrower.
+    assert gallery.images[0].width_px == 770
+    assert 'width="770" style="max-width:100%;height:auto"' in html
+    assert html.startswith("<style>")  # the figure layout comes with the gallery
+    narrow = display.Gallery("maps", gallery.images, width_px=400)._repr_html_()
+    assert 'width="400"' in narrow
+
+
+def test_a_picture_that_is_not_a_png_gets_no_width() -> None:
+    html = display.Gallery("maps", (display.Image("a", PNG),))._repr_html_()
+    assert display.Image("a", PNG).width_px is None
+    assert "width=" not in html.replace("max-width", "")
+
+
 def test_empty_gallery_says_why() -> None:
     gallery = display.Gallery("maps", note="the run logged no reasoning maps")
     assert "the run logged no reasoning maps" in gallery._repr_html_()

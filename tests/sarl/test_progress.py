@@ -156,3 +156,34 @@ def test_notebook_redraws_are_throttled(notebook: list[Any]) -> None:
         bar.set_postfix(i=i)
     bar.close()
     assert len(notebook) == 2  # the first draw and the final state
+
+
+@pytest.mark.parametrize(
+    ("tty", "off", "enabled", "printed"),
+    [
+        (False, False, True, "step-0 evaluation…\n"),  # a log
+        (True, False, True, "step-0 evaluation…\n"),  # a terminal
+        (False, True, True, ""),  # SARL_NO_PROGRESS
+        (False, False, False, ""),  # the caller turned progress off
+    ],
+)
+def test_a_status_line_says_what_a_step_without_bar_does(
+    monkeypatch: pytest.MonkeyPatch, tty: bool, off: bool, enabled: bool, printed: str
+) -> None:
+    stderr = _Tty() if tty else io.StringIO()
+    monkeypatch.setattr("sys.stderr", stderr)
+    if off:
+        monkeypatch.setenv("SARL_NO_PROGRESS", "1")
+    progress.status_line("step-0 evaluation…", enabled=enabled)
+    assert stderr.getvalue() == printed
+
+
+def test_a_status_line_in_a_notebook_is_not_on_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A front end shows every stderr output as an error box.
+    stdout, stderr = io.StringIO(), io.StringIO()
+    monkeypatch.setattr("sys.stdout", stdout)
+    monkeypatch.setattr("sys.stderr", stderr)
+    monkeypatch.setattr(progress, "in_notebook", lambda: True)
+    progress.status_line("step-0 evaluation…")
+    assert stdout.getvalue() == "step-0 evaluation…\n"
+    assert stderr.getvalue() == ""

@@ -16,9 +16,19 @@ does the driver write the one manifest (``commit_parts``) — until then the ste
 ``latest()``. :func:`sarl_jobs.resume.restore_verl` later downloads the whole checkpoint on every
 node, so each rank finds its shards wherever Ray places it.
 
+Tracking (``sarl.tracking.metrics_file`` set: the job tracks a run): before each upload the
+callback asks the job's own driver process (node 0, :mod:`sarl_jobs.verl_trainer`, which follows
+verl's metrics file into its tracking spool) for the spool's unsent records and puts them in the
+checkpoint as ``sarl-tracking-spool/`` (:func:`sarl_jobs.verl_tracking.carry_tracking`; in a
+multi-node job they are in node 0's part); a resumed job adopts them. verl saves step N before
+it logs step N's metrics, so checkpoint N carries the steps before N (see
+:mod:`sarl_jobs.verl_tracking`). Built where that process's tracking folder is missing (the
+TaskRunner placed on another node than node 0) it raises, before any training.
+
 An upload failure raises and stops training (verl propagates it): losing checkpoints silently is
-worse than a failed step. Imports no verl (duck-typed to verl's ``CheckpointCallback``); Ray only
-in multi-node runs.
+worse than a failed step; a driver that does not answer the snapshot request is only a warning
+(the records stay in its spool). Imports no verl (duck-typed to verl's ``CheckpointCallback``);
+Ray only in multi-node runs.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from sarl_jobs.verl_tracking import carry_tracking, check_driver_node
 
 if TYPE_CHECKING:  # sarl.storage imports the S3 client (the [local] extra)
     from sarl.storage.base import CheckpointInfo, CheckpointStore, FileEntry
@@ -46,6 +58,11 @@ class StoreCheckpointCallback:
         self.keep_last = int(settings.get("keep_last") or 3)
         trainer = _select(config, ("trainer",)) or {}
         self.nnodes = int(trainer.get("nnodes") or 1)
+        tracking = _select(config, ("sarl", "tracking")) or {}
+        metrics = tracking.get("metrics_file")
+        self.metrics_file: Path | None = Path(str(metrics)) if metrics else None
+        if self.metrics_file is not None:
+            check_driver_node(self.metrics_file)
         self._store: CheckpointStore | None = None
 
     @property
@@ -71,6 +88,11 @@ class StoreCheckpointCallback:
         if async_save:  # Megatron only; FSDP saves synchronously
             logger.warning("step %d saved asynchronously; not uploaded", global_step)
             return
+        if self.metrics_file is not None:
+            try:
+                carry_tracking(self.metrics_file, global_step, Path(checkpoint_dir))
+            except Exception as e:  # the checkpoint matters more than its tracking tail
+                logger.warning("checkpoint step %d carries no tracking records: %s", global_step, e)
         if self.nnodes > 1:
             info = self._save_in_parts(store, global_step, checkpoint_dir)
         else:

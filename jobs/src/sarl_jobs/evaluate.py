@@ -202,6 +202,7 @@ def _tracker(exp: Experiment, origin: str, spool_root: Path) -> Iterator[Any]:
             tags={**tracking.tags, **tags, "sarl.kind": "evaluation"},
             params=flatten_params(spec["spec"]), spec_yaml=yaml.safe_dump(spec, sort_keys=False),
             spool_root=spool_root,
+            description=f"Evaluation of {origin[:500]} ({exp.name!r}'s benchmarks).",
         ) as tracker:  # fmt: skip
             yield tracker
         return

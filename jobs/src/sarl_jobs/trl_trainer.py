@@ -237,7 +237,7 @@ def _open_tracker(exp: Experiment, resume_from: Path | None) -> Tracker | None:
     uri = os.environ.get("MLFLOW_TRACKING_URI") or exp.spec.tracking.mlflow_uri
     if not uri:
         return None
-    from sarl.tracking.tracker import Tracker, flatten_params
+    from sarl.tracking.tracker import Tracker
 
     spools = Path(tempfile.gettempdir()) / "sarl-tracking"
     run_id = os.environ.get("MLFLOW_RUN_ID")
@@ -247,20 +247,7 @@ def _open_tracker(exp: Experiment, resume_from: Path | None) -> Tracker | None:
         if resume_from is not None:  # the steps after the checkpoint are trained again
             tracker.skip_logged_steps()
         return tracker
-    import yaml
-
-    from sarl.spec.secrets import redact
-
-    spec = redact(exp.model_dump(mode="json"))
-    return Tracker.start(
-        uri,
-        exp.spec.tracking.experiment_name or exp.name,
-        exp.name,
-        tags={**exp.spec.tracking.tags, "sarl.backend": "trl"},
-        params=flatten_params(spec["spec"]),
-        spec_yaml=yaml.safe_dump(spec, sort_keys=False),
-        spool_root=spools,
-    )
+    return Tracker.start_experiment(uri, exp, backend="trl", spool_root=spools)
 
 
 def _tracking_callback(tracker: Tracker) -> Any:

@@ -28,8 +28,18 @@ extra (``pip install -e jobs[verl]``) and GPUs. ``--dry-run`` prints this pod's 
   :class:`sarl_jobs.checkpoints.StoreCheckpointCallback` (verl's post-save hook) pushes each one
   to ``storage.checkpoint_uri`` with :func:`sarl.storage.open_store` (multi-node: every node's
   part, under one manifest) and prunes to ``keep_last``.
-* Tracking: ``MLFLOW_TRACKING_URI`` (or ``tracking.mlflow_uri``) and ``MLFLOW_RUN_ID`` (set by the
-  operator to resume a run) reach verl's MLflow logger.
+* Tracking (the driver, node 0): sarl's spooling :class:`sarl.tracking.tracker.Tracker`, not
+  verl's MLflow logger, so an MLflow outage of any length neither stops training nor drops a
+  metric (:mod:`sarl_jobs.verl_tracking`). The run is ``MLFLOW_RUN_ID`` (created by the operator;
+  without it a new run of ``tracking.experiment_name`` is started) at ``MLFLOW_TRACKING_URI`` (or
+  ``tracking.mlflow_uri``; with neither, nothing is tracked). verl logs with
+  ``trainer.logger=[console,file]`` to ``<workdir>/tracking/metrics.jsonl``; a thread of the
+  driver follows that file and spools every step's numbers (under the names verl's MLflow logger
+  gave them) in ``<workdir>/tracking/spool/<run id>``, sent in the background. Each uploaded
+  checkpoint carries the unsent records of the steps before its own (``sarl-tracking-spool/``:
+  verl saves step N before it logs it), and a resumed job adopts them from the checkpoint it
+  restores. At the end the driver waits up to ``SARL_TRACKING_FINISH_WAIT_S`` for the drain and
+  prints how many records are still spooled.
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from sarl_jobs.cli import config_of, job_parser, plan_or_run
 from sarl_jobs.cluster import ClusterEnv, ray_start_command
 from sarl_jobs.data import problems, verl_rows
 from sarl_jobs.resume import StoreSettings, restore_verl
+from sarl_jobs.verl_tracking import metrics_file, open_tracking, tracking_uri
 
 logger = logging.getLogger(__name__)
 _NODE_WAIT_S = 600.0
@@ -106,12 +117,11 @@ def plan(
         val_files=str(data / "val.parquet"),
         n_gpus_per_node=gpus,
         nnodes=env.nnodes,
-        mlflow_run_id=environ.get("MLFLOW_RUN_ID"),
         model_path=model_path,
         checkpoint_uri=store.uri,
         checkpoint_dir=str(root / "checkpoints"),
         endpoint_url=store.endpoint_url,
-        tracking_uri=environ.get("MLFLOW_TRACKING_URI"),
+        metrics_file=str(metrics_file(root)) if tracking_uri(exp, environ) else None,
     )
     return out
 
@@ -192,27 +202,32 @@ def _touch(path: str) -> None:
 
 
 def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
-    """The driver on node 0: prompts, model and the last checkpoint on local disk, then verl's
-    ``main_ppo``."""
+    """The driver on node 0: prompts, model and the last checkpoint on local disk, the run's
+    tracking, then verl's ``main_ppo``."""
     gpus = exp.spec.resources.gpus_per_node
     train_files, val_files = write_parquet(exp, root / "data")
     store = StoreSettings.resolve(exp, os.environ)
     checkpoint_dir = root / "checkpoints"
-    restore_verl(store, checkpoint_dir, local_wins=env.nnodes == 1)
+    step = restore_verl(store, checkpoint_dir, local_wins=env.nnodes == 1)
     overrides = verl_overrides(
         exp,
         train_files=str(train_files),
         val_files=str(val_files),
         n_gpus_per_node=gpus,
         nnodes=env.nnodes,
-        mlflow_run_id=os.environ.get("MLFLOW_RUN_ID"),
         model_path=_model_path(exp, root) if exp.spec.model.is_builtin else None,
         checkpoint_uri=store.uri,
         checkpoint_dir=str(checkpoint_dir),
         endpoint_url=store.endpoint_url,
-        tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"),
+        metrics_file=str(metrics_file(root)) if tracking_uri(exp, os.environ) else None,
     )
-    run_verl(overrides)
+    resumed_from = checkpoint_dir / f"global_step_{step}" if step is not None else None
+    tracking = open_tracking(exp, root, os.environ, resumed_from=resumed_from)
+    if tracking is None:
+        run_verl(overrides)
+        return
+    with tracking:  # FINISHED, or FAILED/KILLED after an error (a short wait for the drain)
+        run_verl(overrides)
 
 
 def run_verl(overrides: list[str]) -> None:

@@ -50,6 +50,7 @@ from sarl.integrations.cluster import check_cluster
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
 from sarl.spec.secrets import redact_text
+from sarl.tracking.describe import run_description, study_run_params
 from sarl_operator import builders, evaluation
 from sarl_operator.admission import allowed_registries, image_violations
 from sarl_operator.kube import (
@@ -113,6 +114,9 @@ class Tracker(Protocol):
         namespace: str,
         uid: str,
         tags: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        description: str | None = None,
+        experiment_description: str | None = None,
     ) -> RunRef: ...
 
     def latest_progress(self, run_id: str) -> Progress | None: ...
@@ -249,6 +253,8 @@ def ensure_tracking(
             namespace=meta["namespace"],
             uid=meta["uid"],
             tags=exp.spec.tracking.tags,
+            params=study_run_params(exp.spec.tracking.tags),
+            description=run_description(exp),
         )
         run_id, url = ref.run_id, run_url(settings.ui_url_of(exp), ref)
     return run_id, url, condition("TrackingReady", "True", "RunReady", f"MLflow run {run_id}")

@@ -46,6 +46,7 @@ from sarl.spec.experiment import API_VERSION, KIND
 from sarl.spec.loader import SpecError, load_study
 from sarl.spec.secrets import redact_text
 from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study, StudyRun
+from sarl.tracking.describe import experiment_description, study_description
 from sarl_operator import builders, study_builders, study_status
 from sarl_operator.admission import image_violations
 from sarl_operator.handlers import (
@@ -222,6 +223,8 @@ def ensure_parent_run(
             namespace=meta["namespace"],
             uid=meta["uid"],
             tags=tags,
+            description=study_description(study),
+            experiment_description=experiment_description(study.mlflow_experiment, study),
         )
         run_id, url = ref.run_id, run_url(settings.ui_url_of(base), ref)
     return run_id, url, condition("TrackingReady", "True", "RunReady", f"MLflow run {run_id}")

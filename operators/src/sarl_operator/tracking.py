@@ -15,6 +15,11 @@ last values).
 The run is found by its tag ``sarl.dev/experiment-uid=<uid>`` (the Experiment's Kubernetes uid),
 so repeated reconciles and operator restarts reuse one run, and a re-created Experiment of the
 same name gets a fresh one. The JSON -> value mappings are pure functions, tested on their own.
+
+What MLflow's UI shows comes from :mod:`sarl.tracking.describe`, as for local runs: experiments
+are created with the kind "model training" and a description (and get them when they lack
+them), runs with a description (tag ``mlflow.note.content``) and, for a Study's runs, params
+``arm`` and ``seed``; run URLs open the UI's model-training layout.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ import httpx
 
 from sarl.http.retry import backoff_delay, is_transient_status, one_line
 from sarl.spec.secrets import redact
+from sarl.tracking.describe import (
+    NOTE_TAG,
+    experiment_description,
+    experiment_tags,
+    missing_experiment_tags,
+    ui_url,
+)
 from sarl.tracking.metrics import REWARD_MEAN
 
 log = logging.getLogger(__name__)
@@ -71,8 +83,9 @@ class Progress:
 
 
 def run_url(ui_base: str, ref: RunRef) -> str:
-    """The MLflow UI page of the run: ``<ui>/#/experiments/<eid>/runs/<rid>``."""
-    return f"{ui_base.rstrip('/')}/#/experiments/{ref.experiment_id}/runs/{ref.run_id}"
+    """The MLflow UI page of the run, in the UI's model-training layout:
+    ``<ui>/#/experiments/<eid>/runs/<rid>?workflowType=machine_learning``."""
+    return ui_url(ui_base, ref.experiment_id, ref.run_id)
 
 
 def uid_filter(uid: str) -> str:
@@ -81,12 +94,32 @@ def uid_filter(uid: str) -> str:
     return f"tags.`{UID_TAG}` = '{uid.replace(chr(39), chr(92) + chr(39))}'"
 
 
-def run_tags(name: str, namespace: str, uid: str, extra: Mapping[str, str]) -> list[dict[str, str]]:
-    """The run's tags: the user's ``spec.tracking.tags`` and sarl's own (which win), redacted
-    (:func:`sarl.spec.secrets.redact`: validation refuses credentials; this catches any that
-    slips through)."""
-    tags = redact({**extra, EXPERIMENT_TAG: name, NAMESPACE_TAG: namespace, UID_TAG: uid})
-    return [{"key": k, "value": str(v)} for k, v in tags.items()]
+def run_tags(
+    name: str, namespace: str, uid: str, extra: Mapping[str, str], description: str | None = None
+) -> list[dict[str, str]]:
+    """The run's tags: its ``description`` (unless the user's tags hold one), the user's
+    ``spec.tracking.tags`` and sarl's own (which win), redacted (:func:`sarl.spec.secrets.redact`:
+    validation refuses credentials; this catches any that slips through)."""
+    tags = redact(
+        {
+            **({NOTE_TAG: description} if description else {}),
+            **extra,
+            EXPERIMENT_TAG: name,
+            NAMESPACE_TAG: namespace,
+            UID_TAG: uid,
+        }
+    )
+    return key_values(tags)
+
+
+def key_values(items: Mapping[str, str]) -> list[dict[str, str]]:
+    """MLflow's REST spelling of tags and params: ``[{"key": ..., "value": ...}]``."""
+    return [{"key": k, "value": str(v)} for k, v in items.items()]
+
+
+def tag_map(payload: Mapping[str, Any]) -> dict[str, str]:
+    """The tags of an experiment or run JSON (``{"tags": [{"key", "value"}]}``) as a mapping."""
+    return {str(t.get("key")): str(t.get("value") or "") for t in payload.get("tags") or []}
 
 
 def run_ref(payload: Mapping[str, Any]) -> RunRef:
@@ -172,23 +205,49 @@ class MlflowTracking:
             )
         return body
 
-    def experiment_id(self, name: str) -> str:
+    def experiment_id(self, name: str, description: str | None = None) -> str:
         """Id of the MLflow experiment ``name``, created if missing (a concurrent creation by
-        someone else is fine: the name is then looked up again)."""
+        someone else is fine: the name is then looked up again) with sarl's experiment tags
+        (kind "model training", ``description``, by default
+        :func:`~sarl.tracking.describe.experiment_description`); an existing experiment gets
+        the ones it lacks."""
+        about = description or experiment_description(name)
         for _ in range(2):
             status, body = self._call(
                 "GET", "experiments/get-by-name", params={"experiment_name": name}
             )
             if status == 200:
-                return str(body["experiment"]["experiment_id"])
+                experiment = body["experiment"]
+                eid = str(experiment["experiment_id"])
+                self._add_experiment_tags(eid, tag_map(experiment), about)
+                return eid
             if body.get("error_code") != "RESOURCE_DOES_NOT_EXIST":
                 raise TrackingError(f"MLflow experiments/get-by-name {name!r}: HTTP {status}")
-            status, body = self._call("POST", "experiments/create", json={"name": name})
+            tags = key_values(redact(experiment_tags(about)))
+            status, body = self._call(
+                "POST", "experiments/create", json={"name": name, "tags": tags}
+            )
             if status == 200:
                 return str(body["experiment_id"])
             if body.get("error_code") != "RESOURCE_ALREADY_EXISTS":
                 raise TrackingError(f"MLflow experiments/create {name!r}: HTTP {status}: {body}")
         raise TrackingError(f"MLflow experiment {name!r}: created but not found")
+
+    def _add_experiment_tags(
+        self, experiment_id: str, existing: Mapping[str, str], description: str
+    ) -> None:
+        """Best effort: an operator allowed to log runs but not to edit the experiment (MLflow's
+        auth has per-experiment permissions) still reconciles; the labels are not worth it."""
+        for key, value in redact(missing_experiment_tags(existing, description)).items():
+            try:
+                self._ok(
+                    "POST",
+                    "experiments/set-experiment-tag",
+                    json={"experiment_id": experiment_id, "key": key, "value": value},
+                )
+            except TrackingError as e:
+                log.warning("MLflow experiment %s: could not set tag %s: %s", experiment_id, key, e)
+                return
 
     def find_run(self, experiment_id: str, uid: str) -> RunRef | None:
         """The run tagged with this Experiment uid, oldest first; None if there is none."""
@@ -213,23 +272,36 @@ class MlflowTracking:
         namespace: str,
         uid: str,
         tags: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        description: str | None = None,
+        experiment_description: str | None = None,
     ) -> RunRef:
-        """The Experiment's run: found by its uid tag, else created (run name = ``run_name``)."""
-        eid = self.experiment_id(experiment_name)
-        found = self.find_run(eid, uid)
-        if found is not None:
-            return found
-        body = self._ok(
-            "POST",
-            "runs/create",
-            json={
-                "experiment_id": eid,
-                "run_name": run_name,
-                "start_time": int(time.time() * 1000),
-                "tags": run_tags(run_name, namespace, uid, tags or {}),
-            },
-        )
-        return run_ref(body)
+        """The Experiment's run: found by its uid tag, else created (run name = ``run_name``,
+        ``description`` as its MLflow description), with ``params`` logged (again, when the run
+        was found: MLflow accepts a param logged twice with the same value, so a reconcile that
+        failed between creating the run and logging them completes it).
+        ``experiment_description`` describes an experiment this creates."""
+        eid = self.experiment_id(experiment_name, experiment_description)
+        ref = self.find_run(eid, uid)
+        if ref is None:
+            body = self._ok(
+                "POST",
+                "runs/create",
+                json={
+                    "experiment_id": eid,
+                    "run_name": run_name,
+                    "start_time": int(time.time() * 1000),
+                    "tags": run_tags(run_name, namespace, uid, tags or {}, description),
+                },
+            )
+            ref = run_ref(body)
+        if params:
+            self._ok(
+                "POST",
+                "runs/log-batch",
+                json={"run_id": ref.run_id, "params": key_values(redact(params))},
+            )
+        return ref
 
     def latest_progress(self, run_id: str) -> Progress | None:
         """Latest step/reward of the run (None: nothing logged yet)."""

@@ -11,7 +11,7 @@ wait, logs, delete; needs ``pip install 'sarl[cluster]'``). Called by users and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,21 +40,33 @@ class LocalClient:
         self.tracking_uri = tracking_uri
         self.progress = progress
 
-    def validate(self, experiment: Experiment | dict[str, Any] | str | Path) -> Experiment:
-        """Load and validate; raises ``sarl.spec.SpecError`` with a one-line message."""
-        return load_experiment(experiment)
+    def validate(
+        self,
+        experiment: Experiment | dict[str, Any] | str | Path,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> Experiment:
+        """Load and validate; raises ``sarl.spec.SpecError`` with a one-line message.
+        ``overrides`` (e.g. ``{"algorithm": {"max_steps": 16}}``) are merged over the spec
+        first, nested mappings merging (:func:`sarl.spec.load_experiment`)."""
+        return load_experiment(experiment, overrides=overrides)
 
     def run(
-        self, experiment: Experiment | dict[str, Any] | str | Path, *, resume: bool = False
+        self,
+        experiment: Experiment | dict[str, Any] | str | Path,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+        resume: bool = False,
     ) -> RunResult:
-        """Train locally. ``resume`` continues from the last complete checkpoint and the same
-        MLflow run. Ctrl-C (a notebook's "interrupt") closes the MLflow run ``KILLED`` and stops
-        the run's worker processes before ``KeyboardInterrupt`` reaches the caller; running again
-        (``resume=True`` to continue) works in the same process."""
+        """Train locally (``overrides`` as :meth:`validate` takes them). ``resume`` continues
+        from the last complete checkpoint and the same MLflow run. Ctrl-C (a notebook's
+        "interrupt") closes the MLflow run ``KILLED`` and stops the run's worker processes
+        before ``KeyboardInterrupt`` reaches the caller; running again (``resume=True`` to
+        continue) works in the same process."""
         from sarl.progress import quiet_tqdm_notebook_warning
         from sarl.runner.local import LocalOptions, run_local
 
-        exp = load_experiment(experiment)
+        exp = load_experiment(experiment, overrides=overrides)
         quiet_tqdm_notebook_warning()
         opts = LocalOptions(
             workdir=self.workdir,
@@ -98,8 +110,9 @@ class LocalClient:
         latest: bool = False,
     ) -> Comparison:
         """Compare runs of this client's store (``tracking_uri``, else ``<workdir>/mlflow.db``):
-        ``runs`` are run ids or ``RunResult`` s, ``experiments`` names whose runs all join (only
-        the newest of each with ``latest``). See :func:`sarl.tracking.compare.compare`."""
+        ``runs`` are run ids or names, Study names or ``RunResult`` s, ``experiments`` names
+        whose runs all join (only the newest of each, or its newest Study's runs, with
+        ``latest``). See :func:`sarl.tracking.compare.compare`."""
         from sarl.tracking.compare import compare
         from sarl.tracking.store import default_tracking_uri
 

@@ -35,7 +35,8 @@ _STYLE = (
     "text-align:left}.sarl-result td.num{text-align:right;font-variant-numeric:tabular-nums}"
     ".sarl-result caption{caption-side:top;text-align:left;font-weight:bold;padding:0.2em 0}"
     ".sarl-result .note{color:#666;font-size:90%}"
-    ".sarl-result figure{display:inline-block;margin:0 0.5em 0.5em 0}"
+    ".sarl-result figure{display:inline-block;vertical-align:top;margin:0 0.5em 0.5em 0;"
+    "max-width:100%}.sarl-result figure img{max-width:100%;height:auto}"
     ".sarl-result figcaption{text-align:center;color:#444;font-size:90%}</style>"
 )
 
@@ -101,18 +102,28 @@ class Image:
     caption: str
     png: bytes
 
+    @property
+    def width_px(self) -> int | None:
+        """The PNG's width in pixels (from its ``IHDR`` header); ``None`` if it is not a PNG."""
+        if self.png[:8] != b"\x89PNG\r\n\x1a\n" or self.png[12:16] != b"IHDR":
+            return None
+        return int.from_bytes(self.png[16:20], "big")
+
 
 @dataclass(frozen=True)
 class Gallery:
     """PNG pictures side by side (e.g. reasoning maps): inline in Jupyter, captions in a terminal.
 
     Holds the bytes, not paths, so it stays displayable after temporary files are gone.
-    Iterating yields the :class:`Image` s.
+    Iterating yields the :class:`Image` s. In a notebook each picture is shown at its own size
+    (one PNG pixel per CSS pixel, as it was drawn to be read), never wider than the output
+    area: a reasoning map (770 px) takes a row of a ~900 px notebook, two on a wide screen.
+    Shrunk to fit several in a row, their 9-point labels would not be legible.
     """
 
     title: str
     images: tuple[Image, ...] = ()
-    width_px: int = 320  # shown width of each picture in a notebook
+    width_px: int | None = None  # shown width of each picture; None: its own width
     note: str = ""  # shown when there are no images (why)
 
     @classmethod
@@ -129,15 +140,22 @@ class Gallery:
         return iter(self.images)
 
     def _repr_html_(self) -> str:
-        figures = "".join(
-            f'<figure><img src="data:image/png;base64,{base64.b64encode(i.png).decode("ascii")}"'
-            f' width="{self.width_px}" alt="{html.escape(i.caption)}"/>'
-            f"<figcaption>{html.escape(i.caption)}</figcaption></figure>"
-            for i in self.images
-        )
+        figures = "".join(self._figure_html(i) for i in self.images)
         if not self.images:
             figures = f'<div class="note">{html.escape(self.note or "no pictures")}</div>'
-        return f'<div class="sarl-result"><b>{html.escape(self.title)}</b><br/>{figures}</div>'
+        return (
+            f'{_STYLE}<div class="sarl-result"><b>{html.escape(self.title)}</b><br/>{figures}</div>'
+        )
+
+    def _figure_html(self, image: Image) -> str:
+        width = self.width_px or image.width_px
+        # max-width inline too, for viewers that drop <style> blocks when they sanitize HTML.
+        size = f' width="{width}"' if width else ""
+        return (
+            f'<figure><img src="data:image/png;base64,{base64.b64encode(image.png).decode()}"'
+            f'{size} style="max-width:100%;height:auto" alt="{html.escape(image.caption)}"/>'
+            f"<figcaption>{html.escape(image.caption)}</figcaption></figure>"
+        )
 
     def __rich__(self) -> RenderableType:
         lines = [f"[bold]{_markup(self.title)}[/bold]"]

@@ -17,7 +17,9 @@ where the output goes (:func:`progress_mode`):
 * ``off``: ``SARL_NO_PROGRESS`` is set (any non-empty value), or the caller disabled the bar.
 
 Updates are throttled in every mode (tqdm's ``set_postfix`` redraws at once by default; these
-bars redraw at most once per ``mininterval``).
+bars redraw at most once per ``mininterval``). A step that has no bar of its own but takes a
+while (preparing the built-in policy, the step-0 evaluation) says what it does in one line on
+stderr, in a notebook on stdout (:func:`status_line`), so no bar seems to hang at 0 % meanwhile.
 """
 
 from __future__ import annotations
@@ -76,6 +78,16 @@ def log_interval() -> float:
         return max(1.0, float(raw))
     except ValueError:
         return LOG_INTERVAL_S
+
+
+def status_line(message: str, *, enabled: bool = True) -> None:
+    """Print ``message`` as one line on stderr, unless progress is off (``enabled=False`` or
+    mode ``off``): what a long step without a bar of its own is doing. In a notebook it goes to
+    stdout: a front end shows stderr as an error box, and this is no error."""
+    mode = progress_mode() if enabled else "off"
+    if mode == "off":
+        return
+    print(message, file=sys.stdout if mode == "notebook" else sys.stderr, flush=True)
 
 
 def progress_bar(
@@ -265,5 +277,6 @@ __all__ = [
     "progress_bar",
     "progress_mode",
     "quiet_tqdm_notebook_warning",
+    "status_line",
     "transformers_bars_off",
 ]

@@ -76,8 +76,8 @@ def test_the_paper_example_passes_client_side_validation(
         ),
         # What the verl trainer would refuse: named with the arm and seed, before any request.
         (
-            {"reward": [{"name": "structure"}, {"name": "ground_truth", "weight": 0.5}]},
-            r"spec\.arms\[1\] \(high, seed 0\): spec\.reward: the verl trainer",
+            {"reward": [{"name": "structure", "settings": {"embedder": {"kind": "policy"}}}]},
+            r"spec\.arms\[1\] \(high, seed 0\): spec\.reward\[0\]\.settings\.embedder",
         ),
     ],
 )

@@ -98,9 +98,9 @@ def test_invalid_spec_never_reaches_the_api(
 def test_what_the_trainer_would_refuse_never_reaches_the_api(
     client: ClusterClient, server: KubeServer, ns: str
 ) -> None:
-    two_terms = experiment_doc("two", reward=[{"name": "structure"}, {"name": "ground_truth"}])
-    with pytest.raises(SpecError, match=r"spec\.reward: the verl trainer takes exactly one"):
-        client.submit(two_terms)
+    twice = experiment_doc("two", reward=[{"name": "structure"}, {"name": "structure"}])
+    with pytest.raises(SpecError, match=r"spec\.reward\[1\]\.name='structure'.*appear once"):
+        client.submit(twice)
     assert server.objects(EXPERIMENTS, ns) == {}
 
 

@@ -23,11 +23,20 @@ def test_every_preset_runs_on_its_default_backend(preset: str) -> None:
     check_cluster(experiment(preset))
 
 
-def test_verl_refuses_several_reward_terms_naming_the_field() -> None:
+def test_verl_trains_weighted_sums_and_logs_weight_0_terms() -> None:
+    for reward in (
+        [{"name": "structure"}, {"name": "ground_truth", "weight": 0.5}],
+        [{"name": "ground_truth"}, {"name": "structure", "weight": 0.0}],
+        [{"name": "structure", "weight": 2.0}],
+    ):
+        check_cluster(experiment("paper-grpo-math", reward=reward))
+
+
+def test_verl_refuses_a_reward_in_two_terms_naming_the_field() -> None:
     exp = experiment(
-        "paper-grpo-math", reward=[{"name": "structure"}, {"name": "ground_truth", "weight": 0.5}]
+        "paper-grpo-math", reward=[{"name": "structure"}, {"name": "structure", "weight": 0.0}]
     )
-    with pytest.raises(ValueError, match=r"spec\.reward: the verl trainer takes exactly one"):
+    with pytest.raises(ValueError, match=r"spec\.reward\[1\]\.name='structure'.*merge"):
         check_cluster(exp)
 
 

@@ -204,6 +204,11 @@ TOY_SETTINGS = {"delimiter": "|", "workers": 1}
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A character-level tokenizer saved like a model directory (verl loads it by path)."""
+    return save_char_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+def save_char_tokenizer(path: Path) -> Path:
+    """Save a character-level tokenizer (pad, eos, unk, printable ASCII, newline) into ``path``."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -215,7 +220,6 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
     )
-    path = tmp_path_factory.mktemp("tokenizer")
     tokenizer.save_pretrained(path)
     return path
 

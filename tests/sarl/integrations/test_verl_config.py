@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -20,9 +21,17 @@ from verl.utils.config import validate_config  # noqa: E402
 
 from sarl.integrations.verl.compute_score import compute_score  # noqa: E402
 from sarl.integrations.verl.config import ADV_ESTIMATORS, verl_overrides  # noqa: E402
+from sarl.integrations.verl.overrides import (  # noqa: E402
+    MANAGER_OPTIONS_KEY,
+    ScoreOptions,
+    TermOptions,
+    parse_manager_options,
+    parse_score_options,
+)
 from sarl.rewards.base import Reward, RewardOutput, Sample  # noqa: E402
 from sarl.rewards.registry import register_reward  # noqa: E402
 from sarl.spec.experiment import Experiment  # noqa: E402
+from sarl.spec.loader import load_study  # noqa: E402
 from sarl.spec.presets import PRESETS  # noqa: E402
 from sarl_jobs.checkpoints import StoreCheckpointCallback  # noqa: E402
 
@@ -93,7 +102,7 @@ def test_overrides_compose_and_land_where_verl_reads(preset: str) -> None:
     assert cfg.actor_rollout_ref.rollout.prompt_length == algo.max_prompt_length
     assert cfg.trainer.total_epochs == algo.epochs
     assert cfg.trainer.total_training_steps == algo.max_steps
-    assert list(cfg.trainer.logger) == ["console", "mlflow"]
+    assert list(cfg.trainer.logger) == ["console"]  # no metrics file: nothing tracked
     assert (cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node) == (2, 8)
     if algo.name == "ppo":
         assert cfg.critic.strategy == "fsdp2"
@@ -160,12 +169,17 @@ def test_tracking_and_storage_settings_reach_their_readers(tmp_path: os.PathLike
             },
         }
     )
-    cfg = compose_verl(overrides_for(exp, mlflow_run_id="abc123"))
+    metrics = os.path.join(tmp_path, "tracking", "metrics.jsonl")
+    os.makedirs(os.path.join(tmp_path, "tracking", "snapshots"))  # made by the job's driver
+    cfg = compose_verl(overrides_for(exp, metrics_file=metrics))
+    # verl's file logger (not its MLflow logger) writes where the job's tracker reads.
+    assert list(cfg.trainer.logger) == ["console", "file"]
     env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env.env_vars)
-    assert env_vars == {"MLFLOW_TRACKING_URI": "http://mlflow:5000", "MLFLOW_RUN_ID": "abc123"}
+    assert env_vars == {"VERL_FILE_LOGGER_PATH": metrics}
     assert cfg.trainer.save_freq == exp.spec.storage.every_n_steps
     callback = StoreCheckpointCallback(config=cfg)
     assert (callback.uri, callback.keep_last) == (str(tmp_path), 2)
+    assert str(callback.metrics_file) == metrics
 
 
 def test_builtin_model_needs_a_model_path() -> None:
@@ -179,14 +193,71 @@ def test_builtin_model_needs_a_model_path() -> None:
         )
 
 
-def test_weighted_or_several_rewards_are_refused() -> None:
-    exp = Experiment.model_validate(
-        {
-            "metadata": {"name": "job"},
-            "spec": {"preset": "paper-grpo-math", "reward": [{"name": "structure", "weight": 2}]},
-        }
+STUDIES = sorted((Path(__file__).resolve().parents[3] / "examples" / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_every_arm_of_the_example_studies_composes_with_all_its_terms(path: Path) -> None:
+    """Each arm's run (first seed; seeds change only ``data.seed``) composes against verl's
+    config, and the reward function or manager verl loads gets every term with its weight,
+    weight-0 terms included (verl 0.9.1 ``trainer/ppo/reward.py:get_custom_reward_fn`` /
+    ``resolve_reward_manager_cls``)."""
+    from sarl.integrations.verl.reward_manager import SarlRewardManager
+
+    study = load_study(path)
+    runs = {run.arm: run for run in reversed(study.runs())}  # the first seed of each arm
+    assert list(runs) == [arm.name for arm in reversed(study.spec.arms)]
+    for run in runs.values():
+        exp = run.experiment
+        cfg = compose_verl(overrides_for(exp))
+        fn = get_custom_reward_fn(cfg)
+        if fn is None:
+            assert resolve_reward_manager_cls(cfg) is SarlRewardManager
+            options: ScoreOptions = parse_manager_options(
+                OmegaConf.to_container(OmegaConf.select(cfg, MANAGER_OPTIONS_KEY))  # type: ignore[arg-type]
+            )
+        else:
+            options = parse_score_options(fn.args[1])
+        got = [(t.reward, t.weight) for t in options.term_list()]
+        assert got == [(t.name, t.weight) for t in exp.spec.reward], run.name
+        # One term with weight 1.0 keeps the single-reward options it always had.
+        assert (options.terms is None) == (got == [(got[0][0], 1.0)])
+
+
+def with_reward(preset: str, *reward: dict[str, object]) -> Experiment:
+    return Experiment.model_validate(
+        {"metadata": {"name": "job"}, "spec": {"preset": preset, "reward": list(reward)}}
     )
-    with pytest.raises(ValueError, match=r"spec\.reward"):
+
+
+def test_a_weighted_single_term_is_trained_with_its_weight() -> None:
+    exp = with_reward("paper-grpo-math", {"name": "structure", "weight": 2.0})
+    fn = get_custom_reward_fn(compose_verl(overrides_for(exp)))
+    assert fn is not None
+    assert parse_score_options(fn.args[1]).terms == [TermOptions(reward="structure", weight=2.0)]
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_a_masking_term_needs_a_truncated_score_only_when_trained_on(weight: float) -> None:
+    """A weight-0 term is only reported, so its NaN for a masked completion never reaches
+    verl's rewards; a weighted one would."""
+    from sarl.integrations.verl.reward_manager import SarlRewardManager
+
+    maxflow = {"name": "tag_maxflow", "weight": weight, "settings": {"model": "some/model"}}
+    exp = with_reward("local-grpo-arithmetic", {"name": "ground_truth"}, maxflow)
+    if weight:
+        with pytest.raises(ValueError, match=r"spec\.reward\[1\]\.settings\.truncated_score"):
+            overrides_for(exp)
+        return
+    cfg = compose_verl(overrides_for(exp))
+    assert resolve_reward_manager_cls(cfg) is SarlRewardManager  # it sees the tokens
+
+
+def test_a_reward_in_two_terms_is_refused_naming_the_fix() -> None:
+    exp = with_reward(
+        "paper-grpo-math", {"name": "structure"}, {"name": "structure", "weight": 0.0}
+    )
+    with pytest.raises(ValueError, match=r"spec\.reward\[1\]\.name='structure'.*merge"):
         overrides_for(exp)
 
 
@@ -194,8 +265,6 @@ def test_resume_layout_is_the_one_verl_resumes_from(tmp_path: os.PathLike[str]) 
     """What sarl_jobs.resume restores from the store is found by verl's own resume lookup,
     and the composed config resumes automatically from that directory."""
     pytest.importorskip("minio")
-    from pathlib import Path
-
     from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 
     from sarl.storage import open_store
@@ -216,7 +285,6 @@ def test_resume_layout_is_the_one_verl_resumes_from(tmp_path: os.PathLike[str]) 
             checkpoint_uri="s3://bucket/ckpt/ns/job",
             checkpoint_dir=str(root / "ckpt"),
             endpoint_url="http://minio:9000",
-            tracking_uri="http://mlflow.sarl:5000",
         )
     )
     assert cfg.trainer.resume_mode == "auto"
@@ -225,5 +293,3 @@ def test_resume_layout_is_the_one_verl_resumes_from(tmp_path: os.PathLike[str]) 
     assert "hf_model" not in cfg.actor_rollout_ref.actor.checkpoint.load_contents
     callback = StoreCheckpointCallback(config=cfg)
     assert (callback.uri, callback.endpoint_url) == ("s3://bucket/ckpt/ns/job", "http://minio:9000")
-    env_vars = OmegaConf.to_container(cfg.ray_kwargs.ray_init.runtime_env.env_vars)
-    assert env_vars == {"MLFLOW_TRACKING_URI": "http://mlflow.sarl:5000"}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from sarl.runner.local import LocalOptions, RunResult, run_local
 from sarl.spec import load_experiment
@@ -92,6 +93,15 @@ def test_run_logs_metrics_params_spec_and_maps(first_run: tuple[RunResult, str, 
     assert {"spec", "maps"} <= artifacts
     maps = client.list_artifacts(result.run_id, "maps/step-000002")
     assert maps and all(a.path.endswith(".png") for a in maps)
+    # Maps of the policy before any RL update too, each saying what it is of.
+    first = client.list_artifacts(result.run_id, "maps/step-000000")
+    assert [a.path.rsplit("/", 1)[-1] for a in first] == [f"sample-{i}.png" for i in range(3)]
+    png = Image.open(client.download_artifacts(result.run_id, first[0].path))
+    title, caption = png.text["Title"], png.text["Description"]
+    assert title.startswith(f"{result.name} · step 0 (before RL) · sample 1 of 3\n")
+    assert "correct" in title and caption.startswith("prompt: ")
+    assert "\nresponse: " in caption
+    assert run.data.tags["mlflow.note.content"].startswith(f"Experiment {result.name!r}: GRPO")
     spec_text = Path(client.download_artifacts(result.run_id, "spec/experiment.yaml")).read_text()
     assert "local-grpo-arithmetic" in spec_text
 

@@ -65,7 +65,7 @@ def run_cli(
             [],
             "PPO (GAE + critic) runs on the verl backend",
         ),
-        ({"reward": [{"name": "nope"}]}, [], "unknown name 'nope'"),
+        ({"reward": [{"name": "nope"}]}, [], "spec.reward[0].name='nope': unknown reward"),
         ({"algorithm": {"learning_rate": -1}}, [], "spec.algorithm.learning_rate=-1"),
         (
             {"data": {"task": "dataset", "dataset": "/no/such.jsonl"}},

@@ -76,6 +76,12 @@ def test_a_server_run_links_to_its_page() -> None:
     assert f"at {url}" in text and "mlflow ui" not in text
 
 
+def test_a_local_run_links_to_its_page_in_the_training_layout() -> None:
+    text = display.to_text(_result(experiment_id="3"), width=200)
+    page = f"http://127.0.0.1:5000/#/experiments/3/runs/{'r' * 32}?workflowType=machine_learning"
+    assert f"then open {page}" in text
+
+
 def test_to_frame_is_one_row_named_after_the_run() -> None:
     frame = _result().to_frame()
     assert list(frame.index) == ["local-structure"]

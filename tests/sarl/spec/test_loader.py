@@ -30,7 +30,7 @@ def test_every_example_validates(path: Path) -> None:
         ),
         (
             {"metadata": {"name": "x"}, "spec": {"reward": [{"name": "nope"}]}},
-            "reward: unknown name 'nope'",
+            "spec.reward[0].name='nope': unknown reward; known: ",
         ),
         ({"metadata": {"name": "x"}, "spec": {"reward": []}}, "spec.reward=[]"),
         (
@@ -38,7 +38,7 @@ def test_every_example_validates(path: Path) -> None:
                 "metadata": {"name": "x"},
                 "spec": {"reward": [{"name": "structure", "settings": {"variant": "x"}}]},
             },
-            "setting 'variant'='x'",
+            "spec.reward[0].settings.variant='x': Input should be",
         ),
         (
             {"metadata": {"name": "x"}, "spec": {"data": {"task": "dataset"}}},
@@ -61,13 +61,18 @@ def test_every_example_validates(path: Path) -> None:
                 "metadata": {"name": "x"},
                 "spec": {"preset": "paper-ppo-math", "resources": {"backend": "trl"}},
             },
-            "resources.backend: 'trl' trains grpo and rloo only",
+            "spec.resources.backend='trl': the TRL trainer trains grpo and rloo only; "
+            "algorithm 'ppo' (GAE with a critic) needs backend 'verl': set "
+            "spec.resources.backend: verl, or spec.algorithm.name: grpo",
         ),
         (
             {"metadata": {"name": "x"}, "spec": {"resources": {"backend": "deepspeed"}}},
             "spec.resources.backend='deepspeed'",
         ),
-        ({"metadata": {"name": "x"}, "spec": {"preset": "nope"}}, "unknown preset 'nope'"),
+        (
+            {"metadata": {"name": "x"}, "spec": {"preset": "nope"}},
+            "spec.preset='nope': unknown preset",
+        ),
         ({"metadata": {"name": "x"}, "spec": {"modle": {}}}, "spec.modle"),
         ({"apiVersion": "v2", "metadata": {"name": "x"}}, "apiVersion='v2'"),
     ],

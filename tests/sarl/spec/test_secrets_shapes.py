@@ -120,7 +120,7 @@ def test_the_message_names_the_field(tmp_path: Path) -> None:
     _, printed = _validate(tmp_path, labels(PassWord=PLANTED))
     assert "metadata.labels.PassWord: holds a literal value under a secret-named key" in printed
     _, printed = _validate(tmp_path, experiment(tracking={"headers": {"X-Custom": PLANTED}}))
-    assert "spec.tracking.headers=<mapping>: Extra inputs are not permitted" in printed
+    assert "spec.tracking.headers: unknown field; known fields: mlflow_uri," in printed
 
 
 def test_a_study_arm_override_is_checked_too() -> None:

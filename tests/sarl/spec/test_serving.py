@@ -86,7 +86,7 @@ def test_extra_args_cannot_repeat_operator_flags(arg: str) -> None:
         ({"judge": {"cpu": "four"}}, "spec.serving.judge.cpu='four': must be a Kubernetes"),
         ({"judge": {"gpus": 0}}, "spec.serving.judge.gpus=0: Input should be greater"),
         ({"embedding": {"max_model_len": 0}}, "spec.serving.embedding.max_model_len=0"),
-        ({"judge": {"replicas": 2}}, "spec.serving.judge.replicas=2: Extra inputs"),
+        ({"judge": {"replicas": 2}}, "spec.serving.judge.replicas: unknown field"),
     ],
 )
 def test_invalid_serving_names_the_field(serving: dict[str, Any], message: str) -> None:

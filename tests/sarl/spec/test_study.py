@@ -126,8 +126,11 @@ def _arm(i: int, **override: Any) -> dict[str, Any]:
             doc(arms=[{"name": "a"}, {"name": "a"}]),
             "spec.arms=['a']: duplicate arm names",
         ),
-        (doc(arms=[{"name": "Bad_Name"}]), "spec.arms.0.name='Bad_Name'"),
-        (doc(arms=[{"name": "a", "overide": {}}]), "spec.arms.0.overide"),
+        (doc(arms=[{"name": "Bad_Name"}]), "spec.arms[0].name='Bad_Name'"),
+        (
+            doc(arms=[{"name": "a", "overide": {}}]),
+            "spec.arms[0].overide: unknown field; did you mean 'override'?",
+        ),
     ],
 )
 def test_errors_name_the_field(document: dict[str, Any], expected: str) -> None:

@@ -26,9 +26,12 @@ def test_report_prints_the_table_and_writes_under_out_study(
         sarl.cli.study.app, ["report", study.name, "--tracking-uri", store_uri]
     )
     assert result.exit_code == 0, result.output
-    assert result.stdout.startswith(f"# Study `{study.name}`")
+    # The rich tables every CLI result prints (not the Markdown of report.md).
+    assert result.stdout.startswith(f"Study {study.name}\n")
+    assert "arms (reference: gt)" in result.stdout
+    assert "|" not in result.stdout and "`" not in result.stdout
     for arm in ARMS:
-        assert f"\n| `{arm}` |" in result.stdout
+        assert f"│ {arm} " in result.stdout
     out = Path("out") / study.name
     for name in ("summary.json", "report.md", "curves.png"):
         assert f"wrote {out / name}\n" in result.stdout
@@ -70,7 +73,7 @@ def test_finish_closes_the_parent_run(
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (["no-such-study"], "error: no Study named 'no-such-study' (nor run with that id) at "),
+        (["no-such-study"], "error: no Study named 'no-such-study' at "),
         (["bad name!"], "error: 'bad name!' is neither an MLflow run id nor a Study name"),
         ([], "error: no MLflow store at "),  # the default store ./.sarl/mlflow.db does not exist
     ],
@@ -89,3 +92,19 @@ def test_errors_are_one_line_and_exit_2(
     assert result.stderr.startswith(error)
     assert result.stderr.count("\n") == 1
     assert list(tmp_path.iterdir()) == []  # no store created, no report written
+
+
+@pytest.mark.usefixtures("no_drawing")
+def test_workdir_picks_the_local_store(
+    logged_study: tuple[Study, str], store_uri: str, tmp_path: Path
+) -> None:
+    """``--workdir DIR`` reads DIR/mlflow.db, as ``sarl run --workdir DIR`` wrote it."""
+    study, _ = logged_study
+    result = CliRunner().invoke(sarl.cli.study.app, ["report", "x", "--workdir", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: no MLflow store at {tmp_path / 'mlflow.db'}")
+    workdir = Path(store_uri.removeprefix("sqlite:///")).parent  # the store is DIR/mlflow.db
+    args = ["report", study.name, "--workdir", str(workdir), "-o", str(tmp_path / "r"), "--no-log"]
+    result = CliRunner().invoke(sarl.cli.study.app, args)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "r" / "report.md").is_file()

@@ -170,11 +170,18 @@ def test_find_parent_run_by_name_or_id(store_uri: str) -> None:
 def test_find_parent_run_errors_name_the_value(
     store_uri: str, logged_study: tuple[Study, str], tmp_path: Path
 ) -> None:
-    _, parent_id = logged_study
-    with pytest.raises(TrackingError, match=r"^no Study named 'no-such-study' \(nor run"):
+    study, parent_id = logged_study
+    with pytest.raises(TrackingError) as unknown:
         find_parent_run(store_uri, "no-such-study")
-    with pytest.raises(TrackingError, match=f"no Study named '{'f' * 32}'"):
+    message = str(unknown.value)
+    assert message.startswith(f"no Study named 'no-such-study' at {store_uri}; known ")
+    assert "; Studies: st-" in message  # what could be typed instead (the store's Studies)
+    assert "\n" not in message
+    with pytest.raises(TrackingError, match=f"no Study named '{'f' * 32}' \\(nor run with that"):
         find_parent_run(store_uri, "f" * 32)
+    arm_run = f"{study.name}-{ARMS[0]}-s0"  # a run's name where the Study's is wanted
+    with pytest.raises(TrackingError, match=f": '{arm_run}' is a run of Study '{study.name}' "):
+        find_parent_run(store_uri, arm_run)
     _, runs = load_study_runs(store_uri, parent_id)
     with pytest.raises(
         TrackingError,

@@ -27,6 +27,8 @@ from sarl.study.report import (
     report_for,
     write_report,
 )
+from sarl.study.stats import mean_interval
+from sarl.tracking.metrics import SHARE, Range
 from sarl.tracking.tracker import Tracker, TrackingError
 from tests.sarl.study.conftest import ARMS, REFERENCE, SEEDS, K, history, log_study, make_study
 
@@ -201,6 +203,54 @@ def test_length_collapse(end: float, flagged: bool) -> None:
     assert (FLAG_LENGTH_COLLAPSE in _flags(*runs)) is flagged
 
 
+# -- intervals within what a metric can be ---------------------------------------------------------
+
+
+def test_an_interval_below_zero_from_two_seeds_is_clipped_and_the_text_says_so() -> None:
+    runs = [
+        run("gt", 0, acc=(0.1, 0.3)),
+        run("gt", 1, acc=(0.1, 0.32)),
+        run("sarl", 0, acc=(0.1, 0.0)),  # held-out avg@k ends at 0.00 and 0.02: mean 0.01 ±
+        run("sarl", 1, acc=(0.1, 0.02)),  # 12.7 x 0.01 (t with one degree of freedom)
+    ]
+    report = build_report("s", "gt", ["gt", "sarl"], runs, K)
+    raw = mean_interval([0.0, 0.02])
+    assert raw.low is not None and raw.high is not None and raw.low < 0  # unclipped: -0.117
+    end = report.aggregate["sarl"]["eval_accuracy_end"]
+    assert (end.mean, end.low, end.high) == (pytest.approx(0.01), 0.0, pytest.approx(raw.high))
+    assert end.clipped_to == SHARE
+    assert report.aggregate["gt"]["eval_accuracy_end"].clipped_to is None  # [0.183, 0.437]
+
+    text = report.to_markdown()
+    row = next(line for line in text.splitlines() if line.startswith("| `sarl` |"))
+    assert f"0.010 [0.000, {raw.high:.3f}] clipped to [0, 1]" in row
+    gt_row = next(line for line in text.splitlines() if line.startswith("| `gt` |"))
+    assert "clipped" not in gt_row
+    assert "clipped to the values possible" in text  # the reading guide says why
+    summary = report.to_json()["arms"]["sarl"]["aggregate"]["eval_accuracy_end"]
+    assert (summary["low"], summary["clipped_to"]) == (0.0, [0.0, 1.0])
+    arms = report.to_dataframes()["arms"].set_index(["arm", "metric"])
+    assert arms.loc[("sarl", "eval_accuracy_end"), "clipped_to"] == "[0, 1]"
+
+
+def test_changes_and_paired_differences_clip_to_the_range_of_a_difference() -> None:
+    # answer rate falls from 1 to 0 on one seed and stays on the other: the change interval
+    # over two seeds would reach below -1, which no change of a share can.
+    runs = [
+        run("gt", 0),
+        run("gt", 1),
+        run("sarl", 0, answer_rate=(1.0, 0.0)),
+        run("sarl", 1, answer_rate=(1.0, 1.0)),
+    ]
+    report = build_report("s", "gt", ["gt", "sarl"], runs, K)
+    change = report.aggregate["sarl"]["answer_rate_change"]
+    assert (change.low, change.clipped_to) == (-1.0, Range(-1.0, 1.0))
+    paired = report.vs_reference["sarl"]["answer_rate_end"]  # sarl - gt: -0.9 and +0.1
+    assert (paired.low, paired.clipped_to) == (-1.0, Range(-1.0, 1.0))
+    length = report.aggregate["sarl"]["length_change"]  # length has no top: change unbounded
+    assert length.clipped_to is None
+
+
 # -- the document forms ----------------------------------------------------------------------------
 
 
@@ -224,7 +274,7 @@ def test_summary_json_has_exactly_the_documented_keys(report: StudyReport) -> No
             assert list(summary) == list(RUN_KEYS)
         assert set(data["aggregate"]) == aggregate_keys
         for interval in data["aggregate"].values():
-            assert set(interval) == {"mean", "low", "high", "n"}
+            assert set(interval) == {"mean", "low", "high", "n", "clipped_to"}
         assert bool(data["vs_reference"]) is (arm != REFERENCE)
     sarl = doc["arms"]["sarl"]
     assert sarl["runs"]["1"]["eval_accuracy_end"] == pytest.approx(0.26)

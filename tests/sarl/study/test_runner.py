@@ -107,6 +107,26 @@ def test_every_arm_and_seed_nested_under_one_parent(finished: Any) -> None:
     assert {"report/summary.json", "report/report.md", "report/curves.png"} <= artifacts
 
 
+def test_mlflow_shows_a_model_training_study_with_its_arms(finished: Any) -> None:
+    result, _, opts = finished
+    client = mlflow.MlflowClient(opts.tracking_uri)
+    parent = client.get_run(result.parent_run_id)
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    about = experiment.tags["mlflow.note.content"]
+    assert about.startswith("**See the arms:** Group by → `arm`")
+    assert "sarl Study 'tiny': 2 arms x 2 seeds" in about
+    assert parent.data.tags["mlflow.note.content"].startswith("sarl Study 'tiny'")
+    for outcome in result.outcomes:
+        run = client.get_run(outcome.run_id)
+        assert {k: run.data.params[k] for k in ("arm", "seed")} == {
+            "arm": outcome.arm,
+            "seed": str(outcome.seed),
+        }
+        note = run.data.tags["mlflow.note.content"]
+        assert note.startswith(f"Arm **{outcome.arm}**, seed {outcome.seed} of Study 'tiny'.")
+
+
 def test_summary_json_keys(finished: Any) -> None:
     result, _, _ = finished
     summary = json.loads((result.out_dir / "summary.json").read_text())

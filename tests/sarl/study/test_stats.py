@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps  # type: ignore[import-untyped]
 
 from sarl.study.stats import Interval, mean_interval, paired_difference
+from sarl.tracking.metrics import SHARE, Range
 
 
 @pytest.mark.parametrize(
@@ -117,3 +118,32 @@ def test_paired_difference_of_a_shifted_copy_is_the_shift(
     assert got.mean == pytest.approx(shift, abs=1e-6)
     assert got.low == pytest.approx(shift, abs=1e-6)
     assert got.high == pytest.approx(shift, abs=1e-6)
+
+
+# -- clipped to the metric's range -----------------------------------------------------------------
+
+
+def test_an_interval_beyond_the_range_is_clipped_and_says_so() -> None:
+    raw = mean_interval([0.0, 0.02])  # two seeds: 0.01 ± 12.7 * 0.01
+    assert raw.low is not None and raw.low < 0
+    got = mean_interval([0.0, 0.02], bounds=SHARE)
+    assert (got.mean, got.low, got.high) == (pytest.approx(0.01), 0.0, pytest.approx(raw.high))
+    assert got.clipped_to == SHARE
+    assert got.to_dict()["clipped_to"] == [0.0, 1.0]
+
+
+def test_an_interval_inside_the_range_is_left_alone() -> None:
+    got = mean_interval([0.4, 0.5, 0.45], bounds=SHARE)
+    assert got == mean_interval([0.4, 0.5, 0.45])
+    assert got.clipped_to is None and got.to_dict()["clipped_to"] is None
+
+
+def test_paired_differences_clip_to_the_range_of_a_difference() -> None:
+    got = paired_difference({0: 0.0, 1: 0.9}, {0: 0.9, 1: 0.0}, bounds=SHARE.difference())
+    assert (got.low, got.high, got.clipped_to) == (-1.0, 1.0, Range(-1.0, 1.0))
+
+
+def test_open_ends_clip_nothing() -> None:
+    got = mean_interval([0.0, 0.02], bounds=Range(0.0, None))  # KL: >= 0, no top
+    assert got.low == 0.0
+    assert got.high == pytest.approx(mean_interval([0.0, 0.02]).high)

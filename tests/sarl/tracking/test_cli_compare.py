@@ -68,7 +68,7 @@ def test_compare_by_experiment(
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        ([], "error: give run ids and/or --experiment NAME"),
+        ([], "error: give run ids or names (or a Study's name) and/or --experiment NAME"),
         (["0" * 32], f"error: unknown run id '{'0' * 32}' at http://127.0.0.1:"),
         (["-e", "nope"], "error: unknown experiment 'nope' at http://127.0.0.1:"),
     ],

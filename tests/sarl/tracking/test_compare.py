@@ -70,8 +70,9 @@ def test_unknown_ids_and_experiments_are_all_named(
         )
     message = str(info.value)
     assert message.startswith(
-        f"unknown run id '{'f' * 32}', run id 'nope', experiment 'no-such-exp' at "
+        f"unknown run id '{'f' * 32}', run 'nope', experiment 'no-such-exp' at "
     )
+    assert "; known experiments: " in message and "runs: " in message  # what to type instead
 
 
 def test_nothing_to_compare_and_missing_local_store(tmp_path: Path) -> None:

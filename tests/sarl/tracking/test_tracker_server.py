@@ -56,6 +56,7 @@ def test_start_logs_params_tags_and_spec(
     assert Path(local).read_text() == SPEC_YAML
     assert started.run_url == (
         f"{mlflow_server.url}/#/experiments/{started.experiment_id}/runs/{started.run_id}"
+        "?workflowType=machine_learning"
     )
 
 

@@ -6,6 +6,7 @@ Every command takes ``--kubeconfig``/``--context`` and ``-n/--namespace`` (defau
 context's namespace). Exit codes: 0 ok; 1 cluster or API error, or the Experiment (Study) ended
 ``Failed`` (``wait``, ``submit --wait``), one ``error:`` line on stderr; 2 invalid spec or usage.
 
+``submit --set KEY=VALUE`` edits the document before it is validated (as ``sarl run``).
 Studies: ``submit`` dispatches on the document's ``kind``. ``status``, ``wait`` and ``delete``
 take a NAME that is looked up as an Experiment first and, when no Experiment has that name, as
 a Study; ``--kind study`` (or ``experiment``) skips the guess. ``status --kind study`` without a
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sarl.cli.options import fail
+from sarl.cli.options import SetOpt, fail
 
 if TYPE_CHECKING:
     from sarl.cluster.client import ClusterClient
@@ -41,14 +42,30 @@ class Kind(StrEnum):
 
 KubeconfigOpt = Annotated[
     Path | None,
-    typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."),
+    typer.Option(
+        "--kubeconfig",
+        help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).",
+        metavar="FILE",
+        show_default=False,
+    ),
 ]
-ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")]
+ContextOpt = Annotated[
+    str | None,
+    typer.Option("--context", help="Kubeconfig context.", metavar="NAME", show_default=False),
+]
 NamespaceOpt = Annotated[
     str | None,
-    typer.Option("--namespace", "-n", help="Namespace (default: the context's, else default)."),
+    typer.Option(
+        "--namespace",
+        "-n",
+        help="Namespace (default: the context's, else default).",
+        metavar="NAME",
+        show_default=False,
+    ),
 ]
-NameArg = Annotated[str, typer.Argument(help="Experiment (or Study) name.")]
+NameArg = Annotated[
+    str, typer.Argument(help="Experiment (or Study) name.", metavar="NAME", show_default=False)
+]
 KindOpt = Annotated[
     Kind | None,
     typer.Option(
@@ -57,10 +74,27 @@ KindOpt = Annotated[
         show_default=False,
     ),
 ]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", help="Seconds to wait at most.", min=0)]
-IntervalOpt = Annotated[
-    float, typer.Option("--interval", help="Seconds between status polls.", min=0.01)
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", help="Seconds to wait at most.", min=0, metavar="SECONDS")
 ]
+IntervalOpt = Annotated[
+    float,
+    typer.Option("--interval", help="Seconds between status polls.", min=0.01, metavar="SECONDS"),
+]
+
+
+@contextmanager
+def _named(path: Path | None) -> Iterator[None]:
+    """Put the file's name in front of a SpecError that lacks it (a document edited with
+    ``--set`` is validated as a mapping, which has no name)."""
+    from sarl.spec.loader import SpecError
+
+    try:
+        yield
+    except SpecError as e:
+        if path is None or str(e).startswith((f"{path}:", "--set")):
+            raise
+        raise SpecError(f"{path}: {e}") from e
 
 
 @contextmanager
@@ -169,7 +203,7 @@ def _wait_and_report(
 
 
 def _submit_study(
-    path: Path,
+    path: Path | dict[str, Any],
     namespace: str | None,
     replace: bool,
     wait: bool,
@@ -204,8 +238,14 @@ def _submit_study(
 
 def submit_command(
     experiment: Annotated[
-        Path, typer.Argument(help="Experiment or Study YAML (sarl.dev/v1alpha1).")
+        Path,
+        typer.Argument(
+            help="Experiment or Study YAML (apiVersion sarl.dev/v1alpha1).",
+            metavar="FILE",
+            show_default=False,
+        ),
     ],
+    sets: SetOpt = None,
     namespace: NamespaceOpt = None,
     replace: Annotated[
         bool,
@@ -220,16 +260,20 @@ def submit_command(
     context: ContextOpt = None,
 ) -> None:
     """Validate an Experiment (or a Study: every arm x seed) and create it on the cluster."""
-    from sarl.cluster.client import is_study_source, load_for_cluster
+    from sarl.cluster.client import load_for_cluster
     from sarl.cluster.errors import AlreadyExists
+    from sarl.spec.overrides import load_with_sets
+    from sarl.spec.study import is_study_document
 
-    with _errors():
-        if is_study_source(experiment):
-            _submit_study(
-                experiment, namespace, replace, wait, timeout, interval, kubeconfig, context
-            )
+    with _errors(), _named(experiment if sets else None):
+        source: Path | dict[str, Any] = experiment
+        data, _ = load_with_sets(experiment, sets)
+        if sets:
+            source = data  # validated as edited; errors get the file's name from _named
+        if is_study_document(data):
+            _submit_study(source, namespace, replace, wait, timeout, interval, kubeconfig, context)
             return
-        exp, _ = load_for_cluster(experiment)  # invalid → exit 2 before any connection
+        exp, _ = load_for_cluster(source)  # invalid → exit 2 before any connection
         client = _client(kubeconfig, context, namespace)
         try:
             info, action = client.submit(exp, namespace=namespace), "created"
@@ -244,7 +288,10 @@ def submit_command(
 
 def status_command(
     name: Annotated[
-        str | None, typer.Argument(help="Experiment or Study name (omit to list).")
+        str | None,
+        typer.Argument(
+            help="Experiment or Study name (omit to list).", metavar="NAME", show_default=False
+        ),
     ] = None,
     namespace: NamespaceOpt = None,
     all_namespaces: Annotated[
@@ -254,8 +301,10 @@ def status_command(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Show one Experiment or Study in detail, or list them like `kubectl get experiments`
-    (`--kind study`: Studies, with their runs by phase)."""
+    """Show one Experiment or Study in detail, or list them like `kubectl get experiments`.
+
+    With `--kind study`: Studies, with their runs by phase.
+    """
     if name and all_namespaces:
         raise fail("give a NAME or --all-namespaces, not both")
     from sarl.cluster.models import StudyInfo
@@ -291,18 +340,20 @@ def logs_command(
     namespace: NamespaceOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream new lines.")] = False,
     tail: Annotated[
-        int | None, typer.Option("--tail", help="Only the last N lines.", min=0)
+        int | None, typer.Option("--tail", help="Only the last N lines.", min=0, metavar="N")
     ] = None,
     replica: Annotated[Replica, typer.Option("--replica", help="PyTorchJob replica.")] = (
         Replica.master
     ),
-    index: Annotated[int, typer.Option("--index", help="Replica index.", min=0)] = 0,
+    index: Annotated[int, typer.Option("--index", help="Replica index.", min=0, metavar="N")] = 0,
     pod_timeout: Annotated[
         float | None,
         typer.Option(
             "--pod-timeout",
             help="Seconds to wait for the pod to start (default: 600 with -f, else 0).",
             min=0,
+            metavar="SECONDS",
+            show_default=False,
         ),
     ] = None,
     kubeconfig: KubeconfigOpt = None,
@@ -352,8 +403,11 @@ def delete_command(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Delete an Experiment (its ConfigMap, PyTorchJob and InferenceServices go with it), or a
-    Study (its Experiments, ConfigMap and report Job go with it)."""
+    """Delete an Experiment or a Study, and what it owns.
+
+    An Experiment's ConfigMap, PyTorchJob and InferenceServices go with it.
+    A Study's Experiments, ConfigMap and report Job go with it.
+    """
     with _errors():
         client = _client(kubeconfig, context, namespace)
         if kind is None:
@@ -371,7 +425,12 @@ def wait_command(
     namespace: NamespaceOpt = None,
     until: Annotated[
         str | None,
-        typer.Option("--for", help="Phase to wait for (default: Succeeded or Failed)."),
+        typer.Option(
+            "--for",
+            help="Phase to wait for (default: Succeeded or Failed).",
+            metavar="PHASE",
+            show_default=False,
+        ),
     ] = None,
     timeout: TimeoutOpt = 3600.0,
     interval: IntervalOpt = 5.0,
@@ -379,8 +438,10 @@ def wait_command(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Wait for an Experiment's (or Study's) phase; exit 1 if it ends Failed or the timeout
-    passes."""
+    """Wait for an Experiment's (or Study's) phase.
+
+    Exits 1 if it ends Failed or the timeout passes.
+    """
     from sarl.cluster.client import wanted_phases
 
     with _errors():

@@ -1,5 +1,8 @@
 """``sarl compare``: put MLflow runs side by side — params that differ, final metrics, curves.
 
+Runs are named by id or name, a Study by its name (its arm x seed runs, grouped by arm in the
+curves), an experiment by ``-e`` (its runs; a Study's parent run is never one of them).
+
 Registered in ``main.py`` as ``app.command("compare")(compare.compare_command)``. The work and the
 tables are :mod:`sarl.tracking.compare`'s (the same ``Comparison`` a notebook displays); this
 module maps flags onto it and errors onto one ``error:`` line (exit code 2). MLflow and matplotlib
@@ -17,7 +20,11 @@ from sarl.cli.options import fail
 
 RunsArg = Annotated[
     list[str] | None,
-    typer.Argument(help="Run ids to compare.", metavar="RUN_ID", show_default=False),
+    typer.Argument(
+        help="Runs to compare: run ids or names, or a Study's name (its arm x seed runs).",
+        metavar="RUN",
+        show_default=False,
+    ),
 ]
 ExperimentOpt = Annotated[
     list[str] | None,
@@ -49,13 +56,17 @@ def compare_command(
     tracking_uri: TrackingUriOpt = None,
     out: OutOpt = Path("out/compare.png"),
     latest: Annotated[
-        bool, typer.Option("--latest", help="Only the newest run of each experiment.")
+        bool,
+        typer.Option(
+            "--latest",
+            help="Only the newest run of each experiment (of a Study's: its newest Study's runs).",
+        ),
     ] = False,
 ) -> None:
     """Compare runs: params that differ, final metrics, and reward / accuracy / SR / length /
-    KL / entropy curves in one PNG."""
+    KL / entropy curves in one PNG (a Study's arms in one colour each, seeds thin, mean thick)."""
     if not runs and not experiment:
-        raise fail("give run ids and/or --experiment NAME")
+        raise fail("give run ids or names (or a Study's name) and/or --experiment NAME")
     from rich.console import Console
 
     from sarl.tracking.compare import compare_runs, plot_curves

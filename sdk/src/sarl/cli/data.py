@@ -24,9 +24,14 @@ _SOURCES = ", ".join(sorted(SOURCES))
 
 @app.command("prepare")
 def prepare_command(
-    source: Annotated[str, typer.Argument(help=f"Dataset: {_SOURCES}.")],
+    source: Annotated[
+        str, typer.Argument(help=f"Dataset: {_SOURCES}.", metavar="NAME", show_default=False)
+    ],
     input: Annotated[
-        Path, typer.Option("--input", "-i", help="Local CSV, JSON, JSONL or Parquet file.")
+        Path,
+        typer.Option(
+            "--input", "-i", help="Local CSV, JSON, JSONL or Parquet file.", metavar="FILE"
+        ),
     ],
     out: Annotated[
         str,
@@ -34,34 +39,66 @@ def prepare_command(
             "--out",
             "-o",
             help="Directory or s3://bucket/prefix; files go to train/ or benchmarks/.",
+            metavar="DIR|URI",
         ),
     ] = ".sarl/data",
     split: Annotated[
         str | None,
-        typer.Option("--split", help="train or benchmark (default: the source's own)."),
+        typer.Option(
+            "--split",
+            help="train or benchmark (default: the source's own).",
+            metavar="SPLIT",
+            show_default=False,
+        ),
     ] = None,
     tokenizer: Annotated[
         str | None,
         typer.Option(
-            "--tokenizer", help="Local Hugging Face tokenizer dir (openrubrics length filter)."
+            "--tokenizer",
+            help="Local Hugging Face tokenizer dir (openrubrics length filter).",
+            metavar="DIR",
+            show_default=False,
         ),
     ] = None,
     max_rows: Annotated[
-        int | None, typer.Option("--max-rows", help="Keep at most N rows (after filtering).")
+        int | None,
+        typer.Option(
+            "--max-rows",
+            help="Keep at most N rows (after filtering).",
+            metavar="N",
+            show_default=False,
+        ),
     ] = None,
     endpoint_url: Annotated[
         str | None,
-        typer.Option("--endpoint-url", help="S3/MinIO endpoint (default: AWS_ENDPOINT_URL)."),
+        typer.Option(
+            "--endpoint-url",
+            help="S3/MinIO endpoint (default: AWS_ENDPOINT_URL).",
+            metavar="URL",
+            show_default=False,
+        ),
     ] = None,
     prompt_template: Annotated[
         str | None,
-        typer.Option("--prompt-template", help="Format string with {question} (default: paper)."),
+        typer.Option(
+            "--prompt-template",
+            help="Format string with {question} (default: paper).",
+            metavar="TEXT",
+            show_default=False,
+        ),
     ] = None,
     min_response_tokens: Annotated[
-        int, typer.Option("--min-response-tokens", help="Both references must be longer.")
+        int,
+        typer.Option("--min-response-tokens", help="Both references must be longer.", metavar="N"),
     ] = MIN_RESPONSE_TOKENS,
     max_response_tokens: Annotated[
-        int | None, typer.Option("--max-response-tokens", help="Optional upper bound (v1: 4096).")
+        int | None,
+        typer.Option(
+            "--max-response-tokens",
+            help="Optional upper bound (v1: 4096).",
+            metavar="N",
+            show_default=False,
+        ),
     ] = None,
     progress: Annotated[bool, typer.Option(help="Progress bar while counting tokens.")] = True,
 ) -> None:

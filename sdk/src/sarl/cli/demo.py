@@ -31,11 +31,19 @@ def load_samples(path: Path | None) -> list[dict[str, Any]]:
 
 
 def demo_command(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for PNGs and scores.")] = Path(
-        "out"
-    ),
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", help="Directory for PNGs and scores.", metavar="DIR"),
+    ] = Path("out"),
     input: Annotated[
-        Path | None, typer.Option("--input", "-i", help="JSONL samples (default: bundled).")
+        Path | None,
+        typer.Option(
+            "--input",
+            "-i",
+            help="JSONL samples (default: bundled).",
+            metavar="FILE",
+            show_default=False,
+        ),
     ] = None,
     clustering: opt.ClusteringOpt = opt.Clustering.kmeans,
     embedder: opt.EmbedderOpt = opt.EmbedderKind.local,

@@ -31,7 +31,10 @@ EXIT_OK, EXIT_INVALID_LINES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 LINE_ERRORS = (ValueError, ArithmeticError, RecursionError)
 
 InputOpt = Annotated[
-    str, typer.Option("--input", "-i", help="JSON Lines file, or '-' for standard input.")
+    str,
+    typer.Option(
+        "--input", "-i", help="JSON Lines file, or '-' for standard input.", metavar="FILE"
+    ),
 ]
 
 

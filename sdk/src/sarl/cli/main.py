@@ -4,13 +4,16 @@ Sub-commands live in their own modules (``reward.py``, ``reward_score.py``, ``ma
 ``demo.py``); heavy imports happen inside the commands so ``sarl --help`` stays instant. Other
 installed packages add sub-commands through the ``sarl.cli`` entry-point group (e.g. ``sarl
 serve`` from ``sarl-services``), so dependencies point into the sdk and the sdk never imports
-them by name.
+them by name. ``-h`` is ``--help`` for every command (click passes the root's help option names
+down to each sub-command and group); ``sarl --version`` prints the installed version.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
+from typing import Annotated
 
 import typer
 
@@ -34,7 +37,36 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if not wanted:
+        return
+    try:
+        installed = version("sarl")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        installed = "unknown (not installed)"
+    typer.echo(f"sarl {installed}")
+    raise typer.Exit()
+
+
+@app.callback()
+def _sarl(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,  # before the sub-command is required
+            help="Print the sarl version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Structure-aware RL for reasoning models: rewards, reasoning maps and experiments."""
+
+
 reward.app.command("score")(reward_score.score_command)
 app.add_typer(reward.app, name="reward")
 app.add_typer(data.app, name="data")
@@ -71,6 +103,25 @@ def add_plugins(target: typer.Typer) -> None:
 
 
 add_plugins(app)
+
+
+def one_line_summaries(target: typer.Typer) -> None:
+    """Give every command of ``target`` (and of its groups) the first paragraph of its
+    docstring, on one line, as the summary the command lists show.
+
+    typer's rich help keeps a docstring's line breaks in those lists, so a summary wrapped in the
+    source at 100 columns would break mid-sentence there; on the command's own page typer joins
+    the first paragraph itself."""
+    for info in target.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    for group in target.registered_groups:
+        if group.typer_instance is not None:
+            one_line_summaries(group.typer_instance)
+
+
+one_line_summaries(app)
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """``sarl map``: draw the reasoning map of one JSON line's response as a PNG; also the maps
 ``sarl reward score structure --out DIR`` writes (:func:`draw_line_maps`).
 
-Reads the same JSON Lines as ``sarl reward structure``; ``--index`` is the 0-based position of
-the line among the non-blank lines of the file.
+Reads the same JSON Lines as ``sarl reward structure``; ``--index``/``-l`` is the 0-based
+position of the line among the non-blank lines of the file (``-n`` is ``--namespace`` in every
+other command, so it is not used here).
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ if TYPE_CHECKING:
 
 
 def map_command(
-    input: Annotated[str, typer.Option("--input", "-i", help="JSON Lines file.")],
-    index: Annotated[int, typer.Option("--index", "-n", help="0-based line index.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write.")],
+    input: Annotated[str, typer.Option("--input", "-i", help="JSON Lines file.", metavar="FILE")],
+    index: Annotated[
+        int,
+        typer.Option(
+            "--index", "-l", help="0-based index of the line (non-blank lines).", metavar="N"
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="PNG file to write.", metavar="FILE")],
     clustering: opt.ClusteringOpt = opt.Clustering.kmeans,
     variant: opt.VariantOption = opt.VariantOpt.full,
     embedder: opt.EmbedderOpt = opt.EmbedderKind.local,
@@ -35,7 +41,7 @@ def map_command(
     max_steps: opt.MaxStepsOpt = opt.DEFAULT_MAX_STEPS,
     degenerate_score: opt.DegenerateOpt = 0.0,
 ) -> None:
-    """Write the reasoning-map PNG of the response on line INDEX of INPUT."""
+    """Write the reasoning-map PNG of the response on line N of the input."""
     from sarl.viz.reasoning_map import draw_reasoning_map
 
     config = opt.build_config(

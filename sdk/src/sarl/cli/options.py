@@ -1,12 +1,20 @@
-"""CLI options shared by the structure-reward commands, and their mapping onto the typed config.
+"""CLI options shared by several commands, and their mapping onto the typed config.
 
-The option set mirrors ``StructureRewardConfig`` and ``EmbedderConfig`` (the single source of
-truth); this module only turns flags into those models and reports invalid values cleanly.
+The structure-reward options mirror ``StructureRewardConfig`` and ``EmbedderConfig`` (the single
+source of truth); this module only turns flags into those models and reports invalid values
+cleanly. The options of the commands that read the local store (``--workdir``,
+``--tracking-uri``) and edit a spec (``--set``) are defined here once, so that every command
+spells and explains them alike.
+
+Conventions of the whole CLI: placeholders are ``FILE``, ``DIR``, ``NAME``, ``URI``, ``URL``,
+``N``, ``SECONDS`` and ``KEY=VALUE``; a short flag means one thing everywhere (``-i`` input,
+``-o`` output, ``-n`` namespace, ``-h`` help; ``tests/sarl/cli/test_conventions.py`` checks it).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -33,6 +41,38 @@ class EmbedderKind(StrEnum):
     openai = "openai"
 
 
+#: Where local runs keep their state; the default store of every command that reads MLflow.
+DEFAULT_WORKDIR = Path(".sarl")
+
+WorkdirOpt = Annotated[
+    Path,
+    typer.Option(
+        "--workdir",
+        help="Local state: the MLflow store (DIR/mlflow.db), checkpoints and caches.",
+        metavar="DIR",
+    ),
+]
+TrackingUriOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri",
+        help="MLflow server or store. Default: spec.tracking.mlflow_uri, else the store under "
+        "--workdir.",
+        metavar="URI",
+        show_default=False,
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Change a field of the document before it is validated, e.g. --set "
+        "spec.algorithm.max_steps=5 (VALUE is YAML; list items as reward[0]). Repeatable.",
+        metavar="KEY=VALUE",
+        show_default=False,
+    ),
+]
+
 ClusteringOpt = Annotated[
     Clustering, typer.Option("--clustering", help="KMeans (k=round(sqrt(M))) or HDBSCAN.")
 ]
@@ -45,21 +85,34 @@ EmbedderOpt = Annotated[
 ]
 UrlOpt = Annotated[
     str | None,
-    typer.Option("--embedding-url", help="Base URL of an OpenAI-compatible /v1/embeddings server."),
+    typer.Option(
+        "--embedding-url",
+        help="Base URL of an OpenAI-compatible /v1/embeddings server.",
+        metavar="URL",
+    ),
 ]
 ModelOpt = Annotated[
     str | None,
     typer.Option(
         "--embedding-model",
         help="local: model directory (default: bundled all-MiniLM-L6-v2); openai: model name.",
+        metavar="NAME",
     ),
 ]
 DelimiterOpt = Annotated[
-    str, typer.Option("--delimiter", help="Step delimiter (escapes like \\n are decoded).")
+    str,
+    typer.Option(
+        "--delimiter", help="Step delimiter (escapes like \\n are decoded).", metavar="TEXT"
+    ),
 ]
-MaxStepsOpt = Annotated[int, typer.Option("--max-steps", help="Steps scored per response (cap).")]
+MaxStepsOpt = Annotated[
+    int, typer.Option("--max-steps", help="Steps scored per response (cap).", metavar="N")
+]
 DegenerateOpt = Annotated[
-    float, typer.Option("--degenerate-score", help="Score of maps with fewer than two nodes.")
+    float,
+    typer.Option(
+        "--degenerate-score", help="Score of maps with fewer than two nodes.", metavar="SCORE"
+    ),
 ]
 
 
@@ -103,4 +156,13 @@ def build_embedder(kind: EmbedderKind, url: str | None, model: str | None) -> Em
         raise fail(str(e)) from e
 
 
-__all__ = ["DEFAULT_MAX_STEPS", "build_config", "build_embedder", "fail"]
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_WORKDIR",
+    "SetOpt",
+    "TrackingUriOpt",
+    "WorkdirOpt",
+    "build_config",
+    "build_embedder",
+    "fail",
+]

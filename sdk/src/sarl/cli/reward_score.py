@@ -37,7 +37,9 @@ DEFAULT_MAPS = 8
 NameArg = Annotated[
     str,
     typer.Argument(
-        metavar="NAME", help="Registered reward (see `sarl rewards`) or package.module:Class."
+        metavar="NAME",
+        help="Registered reward (see `sarl rewards`) or package.module:Class.",
+        show_default=False,
     ),
 ]
 SettingsOpt = Annotated[
@@ -46,6 +48,8 @@ SettingsOpt = Annotated[
         "--settings",
         "-s",
         help="YAML or JSON file with the reward's settings (checked by its typed settings model).",
+        metavar="FILE",
+        show_default=False,
     ),
 ]
 GroupByOpt = Annotated[
@@ -54,12 +58,17 @@ GroupByOpt = Annotated[
         "--group-by",
         "-g",
         help="Field whose exact value groups lines, for group rewards (ttrl, empo, tag_lcs).",
+        metavar="FIELD",
     ),
 ]
 OutOpt = Annotated[
     Path | None,
     typer.Option(
-        "--out", "-o", help="Directory for scores.jsonl (instead of stdout) and structure maps."
+        "--out",
+        "-o",
+        help="Directory for scores.jsonl (instead of stdout) and structure maps.",
+        metavar="DIR",
+        show_default=False,
     ),
 ]
 MapsOpt = Annotated[
@@ -68,6 +77,8 @@ MapsOpt = Annotated[
         "--maps",
         min=0,
         help=f"structure with --out: reasoning maps of the first N scored lines ({DEFAULT_MAPS}).",
+        metavar="N",
+        show_default=False,
     ),
 ]
 
@@ -85,14 +96,13 @@ def score_command(
     Fields of a line (others reach the reward as Sample.extra):
     response = the text scored (every reward);
     prompt = the problem (optional);
-    ground_truth = needed by ground_truth, ground_truth_math_verify,
-    structured_qa, tag_lcs and rlkd;
+    ground_truth = needed by ground_truth, ground_truth_math_verify, structured_qa, tag_lcs, rlkd;
     teacher = rlkd's teacher path or steps;
     --group-by field = groups of ttrl, empo, tag_lcs (exact value).
 
-    Output: one JSON object per input line, in order:
-    {"score": ..., <component>: ...} (NaN as null) or
-    {"error": "line N: ...", "line": N}.
+    Output: one JSON object per input line, in order.
+    A scored line: {"score": ..., <component>: ...} (NaN as null).
+    A line that could not be scored: {"error": "line N: ...", "line": N}.
     A group with invalid lines is scored with its valid ones.
 
     Exit codes:

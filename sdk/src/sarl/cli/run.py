@@ -2,6 +2,8 @@
 command line. ``run --local`` trains here (see ``sarl.runner.local``); errors in the spec or in
 preflight print one line and exit 2; a failure during training exits 1; Ctrl-C, SIGTERM or SIGHUP
 exit 128 + the signal number; ``--resume`` of a finished run prints one line and exits 0.
+``--set KEY=VALUE`` changes the document before validation (:mod:`sarl.spec.overrides`); a Study
+given to ``sarl run`` is refused naming ``sarl study run``.
 """
 
 from __future__ import annotations
@@ -11,20 +13,54 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sarl.cli.options import fail
+from sarl.cli.options import DEFAULT_WORKDIR, SetOpt, TrackingUriOpt, WorkdirOpt, fail
 
 if TYPE_CHECKING:
     from sarl.runner.local import RunResult
+    from sarl.spec.experiment import Experiment
 
-FileArg = Annotated[Path, typer.Argument(help="Experiment YAML (apiVersion sarl.dev/v1alpha1).")]
-# Shared with `sarl study run`: where local runs keep their state and log.
-TrackingUriOpt = Annotated[
-    str | None,
-    typer.Option("--tracking-uri", help="MLflow server or store (overrides spec.tracking)."),
+FileArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Experiment YAML (apiVersion sarl.dev/v1alpha1, kind Experiment).",
+        metavar="FILE",
+        show_default=False,
+    ),
 ]
-WorkdirOpt = Annotated[
-    Path, typer.Option("--workdir", help="Local state: MLflow store, checkpoints, caches.")
+DocumentArg = Annotated[
+    Path,
+    typer.Argument(
+        help="Experiment or Study YAML (apiVersion sarl.dev/v1alpha1).",
+        metavar="FILE",
+        show_default=False,
+    ),
 ]
+
+
+def _experiment(source: Path, sets: list[str] | None) -> Experiment:
+    """The validated Experiment of ``source``; a Study is refused naming the command for it."""
+    from sarl.spec.loader import SpecError, validate_document
+    from sarl.spec.overrides import load_with_sets
+    from sarl.spec.study import is_study_document
+
+    try:
+        data, label = load_with_sets(source, sets)
+        if is_study_document(data):
+            raise SpecError(
+                f"{label}: kind='Study': a Study runs with `sarl study run {source} --local` "
+                "(its arms x seeds here), or `sarl submit` on a cluster"
+            )
+        return validate_document(data, label)
+    except SpecError as e:
+        raise fail(str(e)) from e
+
+
+def _again(experiment: Path, sets: list[str] | None, *flags: str) -> str:
+    """The command line that runs the same document again (``--set`` included), quoted."""
+    import shlex
+
+    extra = [arg for item in sets or () for arg in ("--set", item)]
+    return shlex.join(["sarl", "run", str(experiment), *flags, *extra])
 
 
 def run_command(
@@ -36,17 +72,17 @@ def run_command(
             "--resume", help="Continue from the last complete checkpoint and the same MLflow run."
         ),
     ] = False,
+    sets: SetOpt = None,
     tracking_uri: TrackingUriOpt = None,
-    workdir: WorkdirOpt = Path(".sarl"),
+    workdir: WorkdirOpt = DEFAULT_WORKDIR,
 ) -> None:
-    """Run an Experiment here with --local (CPU, TRL); on a cluster use `sarl submit`."""
-    from sarl.runner.preflight import PreflightError
-    from sarl.spec.loader import SpecError, load_experiment
+    """Run an Experiment here with --local (CPU, TRL).
 
-    try:
-        exp = load_experiment(experiment)
-    except SpecError as e:
-        raise fail(str(e)) from e
+    On a cluster use `sarl submit FILE`; a Study runs with `sarl study run FILE --local`.
+    """
+    from sarl.runner.preflight import PreflightError
+
+    exp = _experiment(experiment, sets)
     if not local:
         raise fail(
             f"sarl run trains on this machine only with --local; to run {exp.name!r} on a "
@@ -74,14 +110,15 @@ def run_command(
         signum = e.signum if isinstance(e, Terminated) else 2  # SIGINT
         typer.echo(
             f"{exp.name}: {e or 'interrupted'} (MLflow run closed KILLED); continue with "
-            f"`sarl run {experiment} --local --resume`",
+            f"`{_again(experiment, sets, '--local', '--resume')}`",
             err=True,
         )
         raise typer.Exit(code=128 + signum) from e
     if result.already_finished:
         typer.echo(
             f"{exp.name}: MLflow run {result.run_id} already finished at step {result.steps}; "
-            "nothing to resume (raise spec.algorithm.max_steps or epochs to train further)"
+            "nothing to resume (raise spec.algorithm.max_steps or epochs to train further, e.g. "
+            f"--set spec.algorithm.max_steps={result.steps * 2})"
         )
         return
     _print_summary(exp.name, result)
@@ -119,23 +156,26 @@ def _print_summary(name: str, result: RunResult) -> None:
         typer.echo(result.spooled_line())
 
 
-def validate_command(experiment: FileArg) -> None:
-    """Validate an Experiment (or Study) YAML and print the resolved spec (presets applied);
-    a Study prints every arm x seed Experiment it expands into."""
+def validate_command(experiment: DocumentArg, sets: SetOpt = None) -> None:
+    """Validate an Experiment or a Study and print the resolved spec (presets applied).
+
+    A Study prints every arm x seed Experiment it expands into.
+    """
     import yaml
 
-    from sarl.spec.loader import SpecError, load_document, load_experiment, validate_study
+    from sarl.spec.loader import SpecError, validate_document, validate_study
+    from sarl.spec.overrides import load_with_sets
     from sarl.spec.secrets import redact
     from sarl.spec.study import is_study_document
 
     try:
-        data, label = load_document(experiment)
+        data, label = load_with_sets(experiment, sets)
         if is_study_document(data):
             runs = validate_study(data, label).runs()
             docs = [redact(r.experiment.model_dump(mode="json")) for r in runs]
             typer.echo(yaml.safe_dump_all(docs, sort_keys=False))
             return
-        exp = load_experiment(experiment)
+        exp = validate_document(data, label)
     except SpecError as e:
         raise fail(str(e)) from e
     # Validation refused credentials; redacting is for any rule the refusal might miss.
@@ -143,18 +183,18 @@ def validate_command(experiment: FileArg) -> None:
 
 
 def presets_command() -> None:
-    """List the named presets (paper Tables 6/7 and local CPU presets)."""
-    from sarl.spec.presets import PRESETS
+    """List the named presets: algorithm, model and what each is for."""
+    from sarl.spec.presets import DESCRIPTIONS, PRESETS
 
     for name in sorted(PRESETS):
         algo = PRESETS[name].get("algorithm", {}).get("name", "grpo")
         model = PRESETS[name].get("model", {}).get("name", "")
-        typer.echo(f"{name:24s} {algo:5s} {model}")
+        typer.echo(f"{name:22s} {algo:5s} {model:18s} {DESCRIPTIONS.get(name, '')}".rstrip())
 
 
 def rewards_command() -> None:
-    """List the registered rewards."""
-    from sarl.rewards.registry import reward_names
+    """List the registered rewards, with what each scores."""
+    from sarl.rewards.registry import reward_names, reward_summary
 
     for name in reward_names():
-        typer.echo(name)
+        typer.echo(f"{name:25s} {reward_summary(name)}".rstrip())

@@ -1,7 +1,8 @@
 """``sarl study``: Studies — arms x seeds of one Experiment, compared.
 
 ``sarl study report STUDY|RUN_ID`` reads a Study's runs back from MLflow and writes its report
-(:func:`sarl.study.report.report_for`): prints the Markdown table and the paths of
+(:func:`sarl.study.report.report_for`): prints its tables as rich tables (the ones a notebook
+shows for a Study, :func:`print_report`, also used by ``sarl study run``) and the paths of
 ``summary.json``, ``report.md`` and ``curves.png``. Errors print one ``error:`` line on stderr and
 exit 2. Registered in ``main.py`` as the ``study`` sub-app; MLflow, pandas and matplotlib are
 imported inside the commands so ``sarl --help`` stays fast.
@@ -9,14 +10,18 @@ imported inside the commands so ``sarl --help`` stays fast.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sarl.cli.options import fail
+from sarl.cli.options import DEFAULT_WORKDIR, WorkdirOpt, fail
 
-app = typer.Typer(help="Studies: arms x seeds of one Experiment, compared")
+if TYPE_CHECKING:
+    from sarl.study.report import StudyReport
+
+app = typer.Typer(help="Studies: arms x seeds of one Experiment, compared.")
 
 
 @app.callback()
@@ -40,15 +45,20 @@ def report_command(
         str | None,
         typer.Option(
             "--tracking-uri",
-            help="MLflow tracking URI. Default: the local store ./.sarl/mlflow.db.",
+            help="MLflow server or store. Default: the store under --workdir.",
             metavar="URI",
             show_default=False,
         ),
     ] = None,
+    workdir: WorkdirOpt = DEFAULT_WORKDIR,
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", help="Folder for the report files. Default: out/<study>.", metavar="DIR"
+            "--out",
+            "-o",
+            help="Folder for the report files. Default: out/<study>.",
+            metavar="DIR",
+            show_default=False,
         ),
     ] = None,
     log: Annotated[
@@ -66,13 +76,13 @@ def report_command(
 ) -> None:
     """Report a Study: each arm over seeds, paired against the reference arm, with flags.
 
-    Prints the table and writes summary.json, report.md and curves.png (held-out accuracy, SR,
-    length, KL, entropy per arm).
+    Prints its tables and writes summary.json, report.md and curves.png.
+    The curves: held-out accuracy, SR, length, KL and entropy per arm.
     """
     from sarl.study.report import ReportFiles, report_for
     from sarl.tracking.tracker import TrackingError, default_tracking_uri
 
-    uri = tracking_uri or default_tracking_uri(Path(".sarl"))
+    uri = tracking_uri or default_tracking_uri(workdir)
     try:
         report = report_for(uri, study, out, log=log)
     except (TrackingError, ValueError) as e:
@@ -82,9 +92,28 @@ def report_command(
     if finish:
         _finish_parent(uri, study)
     files = ReportFiles.under(out or Path("out") / report.study)
-    typer.echo(report.to_markdown())
-    for path in files.paths:
-        typer.echo(f"wrote {path}")
+    print_report(report, files.paths)
+
+
+def print_report(report: StudyReport, written: Iterable[Path]) -> None:
+    """The report's tables as the CLI prints every result (rich tables: the per-arm table and
+    the paired differences a notebook shows for a Study), how to read them, and the files
+    ``written``. Off a terminal the lines are 160 columns wide so the arms table stays whole."""
+    from rich.console import Console
+
+    from sarl import display
+    from sarl.study.report import how_read
+    from sarl.study.result import _report_tables  # the notebook's tables: both read alike
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    section = display.Section(
+        f"Study {report.study}", _report_tables(report), [how_read(report).replace("`", "")]
+    )
+    console.print(section.to_rich())
+    for path in written:
+        console.print(f"wrote {path}", markup=False, highlight=False)
 
 
 def _finish_parent(uri: str, study: str) -> None:

@@ -1,4 +1,4 @@
-"""``sarl study run STUDY.yaml --local [-j N]``: every arm x seed of a Study, here.
+"""``sarl study run FILE --local [-j N]``: every arm x seed of a Study, here.
 
 Registered on the ``sarl study`` group by ``main.py`` (the report command lives in
 ``study.py``). Spec errors and preflight failures print one line and exit 2; the Study runs to
@@ -12,15 +12,21 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sarl.cli.options import fail
-from sarl.cli.run import TrackingUriOpt, WorkdirOpt
+from sarl.cli.options import DEFAULT_WORKDIR, TrackingUriOpt, WorkdirOpt, fail
 
 if TYPE_CHECKING:
     from sarl.study.runner import StudyResult
 
 
 def run_command(
-    study: Annotated[Path, typer.Argument(help="Study YAML (kind: Study).")],
+    study: Annotated[
+        Path,
+        typer.Argument(
+            help="Study YAML (apiVersion sarl.dev/v1alpha1, kind Study).",
+            metavar="FILE",
+            show_default=False,
+        ),
+    ],
     local: Annotated[bool, typer.Option("--local", help="Run every arm x seed here.")] = False,
     jobs: Annotated[
         int | None,
@@ -28,23 +34,43 @@ def run_command(
             "-j",
             "--jobs",
             min=1,
+            metavar="N",
             help="Runs at once (processes; torch threads are split between them). "
             "Default: spec.parallelism, else 1.",
         ),
     ] = None,
     tracking_uri: TrackingUriOpt = None,
-    workdir: WorkdirOpt = Path(".sarl"),
+    workdir: WorkdirOpt = DEFAULT_WORKDIR,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Report folder. Default: out/<study>.")
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Report folder. Default: out/<study>.",
+            metavar="DIR",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
-    """Run a Study here with --local: re-running skips finished runs and resumes interrupted
-    ones; at the end the report (summary.json, report.md, curves.png) is written and logged."""
+    """Run a Study here with --local: every arm x seed, then its report.
+
+    Re-running skips finished runs and resumes interrupted ones.
+    At the end the report (summary.json, report.md, curves.png) is written and logged.
+    An Experiment runs with `sarl run FILE --local`.
+    """
     from sarl.runner.preflight import PreflightError
-    from sarl.spec.loader import SpecError, load_study
+    from sarl.spec.loader import SpecError, load_document, validate_study
+    from sarl.spec.study import STUDY_KIND
 
     try:
-        doc = load_study(study)
+        data, label = load_document(study)
+        kind = data.get("kind", STUDY_KIND)
+        if kind == "Experiment":
+            raise SpecError(
+                f"{label}: kind='Experiment': an Experiment runs with `sarl run {study} --local`"
+                " (or `sarl submit` on a cluster); a Study has kind: Study"
+            )
+        doc = validate_study(data, label)
     except SpecError as e:
         raise fail(str(e)) from e
     if not local:
@@ -77,14 +103,14 @@ def run_command(
 
 def _print(result: StudyResult) -> None:
     from rich.console import Console
-    from rich.markdown import Markdown
+
+    from sarl.cli.study import print_report
 
     console = Console()
     for o in result.outcomes:
         extra = f": {o.error}" if o.error else ""
         console.print(f"{o.name}: {o.status}{extra}", markup=False)
     if result.report is not None:
-        console.print(Markdown(result.report.to_markdown()))
-        for name in ("summary.json", "report.md", "curves.png"):
-            console.print(f"wrote {result.out_dir / name if result.out_dir else name}")
+        names = ("summary.json", "report.md", "curves.png")
+        print_report(result.report, [(result.out_dir or Path()) / name for name in names])
     console.print(f"MLflow parent run {result.parent_run_id} at {result.tracking_uri}")

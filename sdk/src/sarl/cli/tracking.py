@@ -21,7 +21,7 @@ from sarl.cli.options import fail
 if TYPE_CHECKING:
     from sarl.tracking.spool import Spool
 
-app = typer.Typer(help="A run's tracking spool: records waiting for MLflow")
+app = typer.Typer(help="A run's tracking spool: records waiting for MLflow.")
 
 SpoolArg = Annotated[
     Path,
@@ -50,7 +50,12 @@ def status_command(spool_dir: SpoolArg) -> None:
 def flush_command(
     spool_dir: SpoolArg,
     timeout: Annotated[
-        float, typer.Option(help="Seconds to keep trying while MLflow does not answer.")
+        float,
+        typer.Option(
+            "--timeout",
+            help="Seconds to keep trying while MLflow does not answer.",
+            metavar="SECONDS",
+        ),
     ] = 600.0,
 ) -> None:
     """Send the records waiting in DIR to MLflow, in order and exactly once."""

@@ -110,7 +110,11 @@ def load_study_for_cluster(source: StudySource) -> tuple[Study, dict[str, Any]]:
             load_for_cluster(run.experiment)
         except SpecError as e:
             index = arms.index(run.arm)
-            raise SpecError(f"spec.arms[{index}] ({run.arm}, seed {run.seed}): {e}") from e
+            # The check names the run's Experiment fields; say where a Study sets them.
+            raise SpecError(
+                f"spec.arms[{index}] ({run.arm}, seed {run.seed}): {e} (in the Study, the run's "
+                f"spec.<field> is spec.base.<field>, or spec.arms[{index}].override.<field>)"
+            ) from e
     return study, study.spec.model_dump(mode="json")
 
 

@@ -21,7 +21,8 @@ def check_supported(exp: Experiment) -> None:
     if name not in SUPPORTED:
         raise ValueError(
             f"spec.algorithm.name={name!r}: the TRL trainer runs {' and '.join(SUPPORTED)} only; "
-            "PPO (GAE with a critic) runs with the verl trainer (sarl_jobs.verl_trainer)"
+            "set spec.resources.backend: verl for PPO (GAE with a critic), or "
+            "spec.algorithm.name: grpo"
         )
 
 
@@ -65,6 +66,30 @@ def accelerate_config(exp: Experiment) -> dict[str, Any]:
     }
 
 
+def _batch_fix(exp: Experiment, world_size: int) -> str:
+    """What to set so that one optimizer step's completions split evenly over the GPUs: the
+    largest micro batch that does, else the GPUs per node that do."""
+    algo, res = exp.spec.algorithm, exp.spec.resources
+    completions = algo.mini_batch_size * algo.rollouts_per_prompt
+    micro = [
+        m
+        for m in range(algo.micro_batch_size_per_gpu, 0, -1)
+        if completions % (m * world_size) == 0
+    ]
+    if micro:
+        return f"set spec.algorithm.micro_batch_size_per_gpu: {micro[0]}"
+    gpus = [
+        g
+        for g in range(max(res.gpus_per_node, 1), 0, -1)
+        if completions % (algo.micro_batch_size_per_gpu * g * res.nodes) == 0
+    ]
+    per_node = f"spec.resources.gpus_per_node: {gpus[0]}" if gpus else "fewer GPUs"
+    return (
+        f"set {per_node}, or spec.algorithm.mini_batch_size * rollouts_per_prompt to a multiple "
+        f"of {world_size}"
+    )
+
+
 def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
     """Training arguments that differ from the local mapping on a GPU cluster.
 
@@ -76,11 +101,19 @@ def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
     algo = exp.spec.algorithm
     n = algo.rollouts_per_prompt
     per_step = algo.micro_batch_size_per_gpu * world_size  # completions per forward, all GPUs
-    if (algo.mini_batch_size * n) % per_step or algo.train_batch_size % algo.mini_batch_size:
+    if algo.train_batch_size % algo.mini_batch_size:
+        fit = max(d for d in range(1, algo.mini_batch_size + 1) if algo.train_batch_size % d == 0)
+        raise ValueError(
+            f"spec.algorithm: train_batch_size ({algo.train_batch_size}) must be a multiple of "
+            f"mini_batch_size ({algo.mini_batch_size}) on the TRL trainer; set "
+            f"spec.algorithm.mini_batch_size: {fit}"
+        )
+    if (algo.mini_batch_size * n) % per_step:
         raise ValueError(
             f"spec.algorithm: mini_batch_size * rollouts_per_prompt ({algo.mini_batch_size * n}) "
-            f"must be a multiple of micro_batch_size_per_gpu * GPUs ({per_step}), and "
-            f"train_batch_size ({algo.train_batch_size}) a multiple of mini_batch_size"
+            f"must be a multiple of micro_batch_size_per_gpu * GPUs "
+            f"({algo.micro_batch_size_per_gpu} * {world_size} = {per_step}) on the TRL trainer; "
+            + _batch_fix(exp, world_size)
         )
     storage, dtype = exp.spec.storage, exp.spec.model.dtype
     cpu = exp.spec.resources.gpus_per_node == 0

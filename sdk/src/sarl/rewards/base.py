@@ -13,7 +13,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel
 
@@ -74,6 +74,13 @@ class Reward(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook; most rewards hold no resources
         """Release pools and clients. Idempotent."""
+
+    def __enter__(self) -> Self:
+        """``with create_reward(...) as reward:`` closes the reward (:meth:`close`) at the end."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class PerGroupReward(Reward):

@@ -33,8 +33,53 @@ _BUILTINS: dict[str, str] = {
 }
 
 
+#: One line per built-in reward, as ``sarl rewards`` lists them (without importing the rewards,
+#: some of which load heavy modules); a registered user reward is described by the first line
+#: of its class docstring.
+_SUMMARIES: dict[str, str] = {
+    "structure": "SARL structure reward SR = C/2 + 1/(1+L) of the response's reasoning map.",
+    "ground_truth": "1 when the last \\boxed{} answer equals the ground truth, else 0.",
+    "ground_truth_math_verify": "ground_truth with equivalence decided by math-verify (1/2 = 0.5).",
+    "structured_qa": "Structured Q&A: R = R_verif + λ·R_judge, a verifier plus an LLM judge.",
+    "rlkd": "RLKD: generative structure reward against a teacher's reasoning, plus the outcome.",
+    "ttrl": "TTRL: 1 when the answer is its group's majority answer (no labels); group reward.",
+    "empo": "EMPO: the share of the group in the response's answer cluster; group reward.",
+    "format_length": "Label-free format and length surrogate of Xin et al. (2025).",
+    "self_certainty": "Intuitor's self-certainty of the policy's tokens (needs logits: TRL).",
+    "tag_format": "All-or-nothing score of the tagged reasoning format.",
+    "tag_lcs": "LCS of the step tags against the group's siblings, signed by correctness; group.",
+    "tag_maxflow": "Max-flow balance Q of the step graph read from a causal LM's attention.",
+}
+
+
+def reward_summary(name: str) -> str:
+    """One line saying what the reward ``name`` scores (for ``sarl rewards``)."""
+    if name in _SUMMARIES:
+        return _SUMMARIES[name]
+    doc = (get_reward_class(name).__doc__ or "").strip()
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
 class RewardConfigError(ValueError):
-    """A reward name or its settings are invalid; the message names the field and value."""
+    """A reward name or its settings are invalid; the message names the field and value.
+
+    ``field`` is the wrong field's path within a reward term (``("name",)``,
+    ``("settings", "clustering")``), ``value`` its value and ``detail`` the message without
+    them, so that the spec loader can name ``spec.reward[0].settings.clustering`` itself;
+    ``field`` is None when no single field is to blame."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: tuple[str | int, ...] | None = None,
+        value: Any = None,
+        detail: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+        self.detail = detail or message
 
 
 def register_reward(cls: type[Reward]) -> type[Reward]:
@@ -69,7 +114,16 @@ def get_reward_class(name: str) -> type[Reward]:
         return _REGISTRY[name]
     if ":" in name:
         return _load_dotted(name)
-    raise RewardConfigError(f"reward: unknown name {name!r}; known: {', '.join(reward_names())}")
+    from sarl.spec.suggest import did_you_mean  # imported here: sarl.spec imports this module
+
+    known = reward_names()
+    hint = did_you_mean(name, known) or f"known: {', '.join(known)} (see `sarl rewards`)"
+    raise RewardConfigError(
+        f"reward: unknown name {name!r}; {hint}",
+        field=("name",),
+        value=name,
+        detail=f"unknown reward; {hint}",
+    )
 
 
 def _load_dotted(path: str) -> type[Reward]:
@@ -77,9 +131,17 @@ def _load_dotted(path: str) -> type[Reward]:
     try:
         obj = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
-        raise RewardConfigError(f"reward: cannot import {path!r}: {e}") from e
+        raise RewardConfigError(
+            f"reward: cannot import {path!r}: {e}",
+            field=("name",),
+            value=path,
+            detail=f"cannot import it: {e}",
+        ) from e
     if not (isinstance(obj, type) and issubclass(obj, Reward)):
-        raise RewardConfigError(f"reward: {path!r} is not a subclass of sarl.rewards.base.Reward")
+        detail = "is not a subclass of sarl.rewards.base.Reward"
+        raise RewardConfigError(
+            f"reward: {path!r} {detail}", field=("name",), value=path, detail=detail
+        )
     return obj
 
 
@@ -96,14 +158,21 @@ def parse_settings(name: str, settings: Mapping[str, Any] | BaseModel | None) ->
         # with user:password@, a token): redacted, shown only when it is a number or a short
         # word, and removed from the validator's message.
         from sarl.spec.secrets import describe_value, redact, redact_text, scrub_values
+        from sarl.spec.suggest import NO_VALUE, hint_for, path, with_hint
 
         first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
+        loc = path(first["loc"])
         key = str(first["loc"][-1]) if first["loc"] else ""
         value = describe_value(redact(first.get("input"), key))
-        msg = scrub_values(str(first["msg"]), first.get("input"))
+        unknown = first["type"] == "extra_forbidden"
+        msg = "unknown setting" if unknown else str(first["msg"]).removeprefix("Value error, ")
+        msg = scrub_values(with_hint(msg, hint_for(first, cls.Settings)), first.get("input"))
+        shown = "" if unknown else f"={value}"
         raise RewardConfigError(
-            redact_text(f"reward {name!r}: setting {loc!r}={value}: {msg}")
+            redact_text(f"reward {name!r}: setting {loc!r}{shown}: {msg}"),
+            field=("settings", *first["loc"]),
+            value=NO_VALUE if unknown else first.get("input"),
+            detail=redact_text(msg),
         ) from e
 
 

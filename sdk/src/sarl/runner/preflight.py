@@ -21,13 +21,15 @@ def check_algorithm(exp: Experiment) -> None:
     if algo.name == "ppo":
         raise PreflightError(
             "spec.algorithm.name='ppo': PPO (GAE + critic) runs on the verl backend on a "
-            "cluster; TRL 1.x has no PPO trainer. Use 'grpo' or 'rloo' for local runs."
+            "cluster; TRL 1.x has no PPO trainer. Use 'grpo' or 'rloo' for local runs, or "
+            "`sarl submit` it (spec.resources.backend: verl)."
         )
     if algo.kl_type not in ("low_var_kl", "k3"):
         # TRL estimates the KL with k3 (Schulman), which is verl's low_var_kl before clamping.
         raise PreflightError(
             f"spec.algorithm.kl_type={algo.kl_type!r}: local (TRL) runs estimate KL with k3 "
-            "('low_var_kl'/'k3'); other estimators run on the verl backend"
+            "('low_var_kl'/'k3'); set spec.algorithm.kl_type: low_var_kl here, or `sarl "
+            "submit` it (spec.resources.backend: verl runs the other estimators)"
         )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sarl import display
+from sarl.tracking.describe import ui_url
 from sarl.tracking.metrics import ACCURACY, ENTROPY, KL, RESPONSE_LENGTH, REWARD_MEAN
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ HEADLINE_METRICS = (
     ENTROPY,
 )
 _MAP_DIR = re.compile(r"^maps/step-(\d+)$")
+#: Where ``mlflow ui`` serves by default (the line a local run prints after "browse it").
+LOCAL_UI = "http://127.0.0.1:5000"
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class RunResult(display.Rendered):
     # Tracking records MLflow had not taken when the run ended; ``sarl tracking flush`` sends them.
     spooled: int = 0
     spool_dir: str | None = None
+    experiment_id: str | None = None  # the MLflow experiment holding the run
 
     # -- data ------------------------------------------------------------------------------------
 
@@ -130,6 +134,10 @@ class RunResult(display.Rendered):
         lines = [f"MLflow run {self.run_id} at {self.run_url or self.tracking_uri}"]
         if self.run_url is None and self.tracking_uri.startswith("sqlite:///"):
             lines.append(f"browse it: mlflow ui --backend-store-uri {self.tracking_uri}")
+            if self.experiment_id is not None:
+                # The link opens MLflow's model-training layout (its UI defaults to GenAI).
+                page = ui_url(LOCAL_UI, self.experiment_id, self.run_id)
+                lines.append(f"then open {page}")
         lines.append(f"checkpoints: {self.checkpoint_uri}")
         if self.spooled:
             lines.append(self.spooled_line())

@@ -30,7 +30,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sarl.progress import transformers_bars_off
+from sarl.progress import status_line, transformers_bars_off
 from sarl.runner.interrupt import signals_interrupt
 from sarl.runner.local import LocalOptions, RunResult
 from sarl.runner.resume import RunLookup, planned_steps
@@ -135,7 +135,13 @@ class LocalSession:
         if latest is None:
             # Step 0: the policy before any RL update, so a run's change in held-out accuracy is
             # measured from where RL started (a run resumed from a checkpoint logged it already).
+            status_line(
+                f"{self.exp.name}: step-0 evaluation of {len(eval_problems)} held-out problems "
+                f"(k={spec.evaluation.k}), before any RL update…",
+                enabled=self.opts.progress and bool(eval_problems),
+            )
             self._evaluate(model, tokenizer, eval_problems, 0)
+            self._log_first_maps(model, tokenizer, train_problems)
         with quiet_tied_missing_keys(trainer.model):  # tied lm_head: not in the checkpoint
             trainer.train(resume_from_checkpoint=str(resume_dir) if resume_dir else None)
         step = trainer.state.global_step
@@ -147,6 +153,7 @@ class LocalSession:
         return RunResult(
             run_id=self.tracker.run_id,
             run_url=self.tracker.run_url,
+            experiment_id=self.tracker.experiment_id,
             tracking_uri=self.tracking_uri,
             checkpoint_uri=self.ckpt_uri,
             steps=trainer.state.global_step,
@@ -185,6 +192,7 @@ class LocalSession:
         return RunResult(
             run_id=run.info.run_id if run is not None else self.tracker.run_id,
             run_url=url,
+            experiment_id=run.info.experiment_id if run is not None else self.tracker.experiment_id,
             tracking_uri=self.tracking_uri,
             checkpoint_uri=self.ckpt_uri,
             steps=latest.step,
@@ -207,6 +215,14 @@ class LocalSession:
         spec = self.exp.spec
         if spec.model.is_builtin:
             from sarl.runner.tiny import prepare_tiny_policy
+
+            # The first run builds a tokenizer and warm-starts the policy (its own bar follows);
+            # later runs load it from the cache.
+            status_line(
+                f"{self.exp.name}: preparing the built-in policy (warm start on first use, "
+                f"cached under {self.opts.workdir / 'cache'})…",
+                enabled=self.opts.progress,
+            )
 
             path = prepare_tiny_policy(
                 spec.data,
@@ -233,11 +249,8 @@ class LocalSession:
     def _tracker(self, run_id: str | None, checkpoint: Path | None = None) -> Any:
         """The run's tracker: ``run_id`` continued (adopting the spool tail ``checkpoint``
         carries, if any) or a new run; its spool is ``<run dir>/tracking/<run id>``."""
-        import yaml
-
-        from sarl.spec.secrets import redact
         from sarl.tracking.spool import IN_CHECKPOINT
-        from sarl.tracking.tracker import Tracker, flatten_params
+        from sarl.tracking.tracker import Tracker
 
         spools = self.root / "tracking"
         if run_id:
@@ -246,16 +259,8 @@ class LocalSession:
             # It replays the steps logged between its checkpoint and the interruption.
             self._logged = tracker.skip_logged_steps()
             return tracker
-        spec = redact(self.exp.model_dump(mode="json"))  # params and spec artifact
-        tracking = self.exp.spec.tracking
-        return Tracker.start(
-            self.tracking_uri,
-            tracking.experiment_name or self.exp.name,
-            self.exp.name,
-            tags={**tracking.tags, "sarl.backend": "local-trl"},
-            params=flatten_params(spec["spec"]),
-            spec_yaml=yaml.safe_dump(spec, sort_keys=False),
-            spool_root=spools,
+        return Tracker.start_experiment(
+            self.tracking_uri, self.exp, backend="local-trl", spool_root=spools
         )
 
     def _download(self, store: Any, latest: Any) -> Path:
@@ -356,19 +361,67 @@ class LocalSession:
         )
 
     def _log_maps(self, step: int, record: Any) -> None:
-        from sarl.integrations.trl import policy_batch
-        from sarl.runner.maps import draw_sample_maps
+        """Maps of the first responses of the batch TRL scored at ``step``."""
+        truth = record.ground_truth[:N_MAPS] if record.ground_truth else [None] * N_MAPS
+        self._draw_maps(
+            step,
+            record.prompts[:N_MAPS],
+            record.completions[:N_MAPS],
+            record.completion_ids[:N_MAPS] if record.completion_ids is not None else None,
+            truth,
+        )
 
-        reward = next((r for r, _ in self.rewards if hasattr(r, "scorer")), None)
+    def _log_first_maps(self, model: Any, tokenizer: Any, problems: list[Any]) -> None:
+        """Step 0: maps of the policy before any RL update, on the first training prompts, so
+        the maps of a run show before and after (sampled as training samples)."""
+        from sarl.runner.maps import sample_responses
+
+        if self._map_reward() is None or not problems:
+            return
+        spec = self.exp.spec
+        chosen = problems[:N_MAPS]
+        prompts = [spec.data.prompt_template.format(question=p.question) for p in chosen]
+        texts, ids = sample_responses(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=spec.algorithm.max_response_length,
+            temperature=spec.algorithm.temperature,
+            seed=spec.algorithm.seed,
+        )
+        self._draw_maps(0, prompts, texts, ids, [str(p.answer) for p in chosen])
+
+    def _map_reward(self) -> Any:
+        """The run's structure reward (the one with a scorer), or None: no maps to draw."""
+        return next((r for r, _ in self.rewards if hasattr(r, "scorer")), None)
+
+    def _draw_maps(
+        self,
+        step: int,
+        prompts: list[Any],
+        texts: list[str],
+        ids: list[list[int]] | None,
+        truth: list[Any],
+    ) -> None:
+        from sarl.integrations.trl import policy_batch
+        from sarl.runner.maps import MapSample, draw_sample_maps, run_label
+
+        reward = self._map_reward()
         if reward is None:
             return
-        texts = record.completions[:N_MAPS]
-        ids = record.completion_ids[:N_MAPS] if record.completion_ids is not None else None
+        samples = [
+            MapSample(prompt, text, None if answer is None else str(answer))
+            for prompt, text, answer in zip(prompts, texts, truth, strict=False)
+        ]
+        where = f"maps/step-{step:06d}"
+        label = run_label(self.exp.name, self.exp.spec.tracking.tags)
         # A policy embedder embeds the maps' steps as it embedded them for the reward.
-        with policy_batch(reward, record.prompts[:N_MAPS], ids, texts):
-            paths = draw_sample_maps(texts, reward.scorer, self.root / "maps" / f"step-{step:06d}")
+        with policy_batch(reward, prompts, ids, texts):
+            paths = draw_sample_maps(
+                samples, reward.scorer, self.root / where, run=label, step=step
+            )
         for path in paths:
-            self.tracker.log_image(path, f"maps/step-{step:06d}")
+            self.tracker.log_image(path, where)
 
     def _evaluate(
         self, model: Any, tokenizer: Any, problems: list[Any], step: int

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from sarl.spec.secrets import refuse_secrets
+from sarl.spec.suggest import FieldError
 
 API_VERSION: Final = "sarl.dev/v1alpha1"
 KIND: Final = "Experiment"
@@ -657,9 +658,12 @@ class ExperimentSpec(_Strict):
     def _backend_runs_algorithm(self) -> ExperimentSpec:
         # PPO needs a critic (GAE), which only the verl trainer has.
         if self.resources.backend == "trl" and self.algorithm.name == "ppo":
-            raise ValueError(
-                "resources.backend: 'trl' trains grpo and rloo only; algorithm 'ppo' (GAE with "
-                "a critic) needs backend 'verl'"
+            raise FieldError(
+                ("resources", "backend"),
+                "trl",
+                "the TRL trainer trains grpo and rloo only; algorithm 'ppo' (GAE with a critic) "
+                "needs backend 'verl': set spec.resources.backend: verl, or "
+                "spec.algorithm.name: grpo",
             )
         return self
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from sarl.spec.suggest import FieldError, did_you_mean
+
 # An empty url: on a cluster the operator serves the model itself (InferenceService
 # <name>-embedding, vLLM on KServe's Hugging Face runtime) and fills in its URL. To use the
 # sarl-inference chart's embedding service instead, restate the reward with its URL and served
@@ -164,8 +166,27 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: One line per preset, as ``sarl presets`` lists them.
+DESCRIPTIONS: dict[str, str] = {
+    "paper-ppo-math": "SARL v2 Table 6: PPO (critic, verl) on Qwen3-4B, math, structure "
+    "reward (KMeans); one 8-GPU node.",
+    "paper-ppo-open-ended": "SARL v2 Table 6: PPO (critic, verl) on Qwen3-4B, open-ended "
+    "(OpenRubrics), structure reward (HDBSCAN); one 8-GPU node.",
+    "paper-grpo-math": "SARL v2 Table 7: GRPO on Qwen3-4B, math, structure reward (KMeans); "
+    "one 8-GPU node.",
+    "paper-grpo-open-ended": "SARL v2 Table 7: GRPO on Qwen3-4B, open-ended (OpenRubrics), "
+    "structure reward (HDBSCAN); one 8-GPU node.",
+    "local-grpo-arithmetic": "CPU: GRPO on the built-in tiny Qwen, two-operation arithmetic, "
+    "structure reward; about 2 minutes a run.",
+    "local-rloo-countdown": "CPU: RLOO on the built-in tiny Qwen, Countdown, structure reward.",
+}
+
+
 def preset(name: str) -> dict[str, Any]:
-    """A copy of the named preset; ValueError listing the known names otherwise."""
+    """A copy of the named preset; a :class:`~sarl.spec.suggest.FieldError` naming
+    ``preset``, with the closest name and the known ones, otherwise."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+        known = sorted(PRESETS)
+        hint = did_you_mean(name, known) or f"known: {', '.join(known)} (see `sarl presets`)"
+        raise FieldError(("preset",), name, f"unknown preset; {hint}")
     return copy.deepcopy(PRESETS[name])

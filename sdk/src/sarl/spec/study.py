@@ -38,6 +38,7 @@ from sarl.spec.secrets import (
     refuse_secrets,
     scrub_values,
 )
+from sarl.spec.suggest import NO_VALUE, hint_for, path, with_hint
 
 STUDY_KIND: Final = "Study"
 #: Labels every run of a Study carries (Kubernetes objects and the Experiment's metadata).
@@ -60,8 +61,14 @@ class StudyFieldError(ValueError):
         self.loc = loc
         self.value = value
         self.message = message
-        shown = describe_value(redact(value, loc.rsplit(".", 1)[-1]))
-        super().__init__(f"{loc}={shown}: {scrub_values(message, value)}")
+        shown = self.shown()
+        super().__init__(f"{loc}{shown}: {scrub_values(message, value)}")
+
+    def shown(self) -> str:
+        """``=<value>`` as a message may show it (nothing for :data:`NO_VALUE`)."""
+        if self.value is NO_VALUE:
+            return ""
+        return f"={describe_value(redact(self.value, self.loc.rsplit('.', 1)[-1]))}"
 
 
 class StudyArm(_Strict):
@@ -180,18 +187,24 @@ def arm_spec(base: ExperimentSpec, arm: StudyArm, *, index: int) -> ExperimentSp
         first = e.errors()[0]
         loc = tuple(first["loc"])
         own = _lookup(arm.override, loc) or (
-            first["type"] == "extra_forbidden" and _lookup(arm.override, loc[:-1])
+            first["type"] in ("extra_forbidden", "missing") and _lookup(arm.override, loc[:-1])
         )
-        path = ".".join(str(p) for p in loc)
         where = f"spec.arms[{index}].override" if own else f"spec.arms[{index}] (base + override)"
         msg = str(first["msg"]).removeprefix("Value error, ")
         ctx = (first.get("ctx") or {}).get("error")
         if isinstance(ctx, SecretInSpecError):  # Study._no_secrets catches documents first
             raise StudyFieldError(join_path(where, ctx.finding.path), REDACTED, ctx.reason) from e
-        if ctx is not None and not isinstance(ctx, str):
+        value = NO_VALUE if first["type"] == "missing" else first.get("input")
+        field = getattr(ctx, "field", None)  # FieldError, RewardConfigError: the field inside
+        if ctx is not None and isinstance(field, tuple):
+            loc, value, msg = (*loc, *field), ctx.value, ctx.detail
+        elif ctx is not None and not isinstance(ctx, str):
             msg = str(ctx)
-        value = None if first["type"] == "missing" else first.get("input")
-        raise StudyFieldError(f"{where}.{path}" if path else where, value, msg) from e
+        elif first["type"] == "extra_forbidden":
+            msg, value = with_hint("unknown field", hint_for(first, ExperimentSpec)), NO_VALUE
+        else:
+            msg = with_hint(msg, hint_for(first, ExperimentSpec))
+        raise StudyFieldError(join_path(where, path(loc)), value, msg) from e
 
 
 @dataclass(frozen=True)

@@ -30,15 +30,25 @@ from typing import TYPE_CHECKING, Any
 from sarl.evaluation.benchmark import MEAN_BENCHMARK
 from sarl.progress import mlflow_bars_off
 from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY, is_study_document
+from sarl.tracking.lookup import (
+    RUN_ID,
+    get_run,
+    known_names,
+    newest_run_named,
+    newest_study_parent,
+    study_runs,
+)
 from sarl.tracking.metrics import (
     ACCURACY,
     ANSWER_RATE,
     ENTROPY,
     EVAL_PREFIX,
+    FRAC_REWARD_ZERO_STD,
     KL,
     RESPONSE_LENGTH,
     REWARD_MEAN,
     STRUCTURE_CLUSTERING,
+    STRUCTURE_DEGENERATE,
     STRUCTURE_PATH_LENGTH,
     STRUCTURE_SCORE,
     eval_avg_at,
@@ -48,10 +58,8 @@ from sarl.tracking.metrics import (
 from sarl.tracking.store import (
     TrackingError,
     bound_http_retries,
-    error_code,
     guarded,
     make_client,
-    one_line,
     preflight,
     sqlite_path,
 )
@@ -60,9 +68,6 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities import Run
 
-# Not (yet) named in sarl.tracking.metrics; spelled as the local runner logs them.
-FRAC_REWARD_ZERO_STD = "frac_reward_zero_std"  # share of groups whose rewards are all equal
-STRUCTURE_DEGENERATE = "structure/degenerate"  # share of reasoning maps with < 2 nodes
 #: The benchmark the local runner evaluates on (the task's held-out split). Cluster runs evaluate
 #: on named benchmarks and log their mean as ``MEAN_BENCHMARK`` (see :func:`infer_benchmark`).
 HELDOUT = "heldout"
@@ -87,7 +92,6 @@ EVAL_METRICS: tuple[str, ...] = ("eval_accuracy", "eval_pass", "eval_answer_rate
 #: ``eval/...`` metric is read too.
 EXTRA_METRICS: tuple[str, ...] = (REWARD_MEAN, FRAC_REWARD_ZERO_STD)
 
-_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 # Study names are DNS-1123 labels; anything outside this cannot be one and is refused before it
 # reaches a filter string.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -161,13 +165,14 @@ def open_store(uri: str) -> MlflowClient:
 def find_parent_run(tracking_uri: str, study_name_or_run_id: str) -> str:
     """The id of a Study's parent run, given that id or the Study's name (its newest parent run).
 
-    Raises :class:`TrackingError` when no such run exists (or a run id names a run that is not a
-    Study's parent run), ``ValueError`` when the value can be neither.
+    Raises :class:`TrackingError` when no such run exists (naming the experiments, Studies and
+    runs the store does hold) or a run id names a run that is not a Study's parent run,
+    ``ValueError`` when the value can be neither.
     """
     value = study_name_or_run_id.strip()
     client = open_store(tracking_uri)
-    if _RUN_ID.match(value):
-        run = _get_run(client, tracking_uri, value)
+    if RUN_ID.match(value):
+        run = get_run(client, tracking_uri, value)
         if run is not None:
             role, parent = run.data.tags.get(TAG_ROLE), run.data.tags.get(TAG_PARENT)
             if role != "study":
@@ -179,26 +184,32 @@ def find_parent_run(tracking_uri: str, study_name_or_run_id: str) -> str:
             return value
     if not _NAME.match(value):
         raise ValueError(f"{value!r} is neither an MLflow run id nor a Study name")
-    run_id = _newest_parent(client, tracking_uri, value)
-    if run_id is None:
-        raise TrackingError(f"no Study named {value!r} (nor run with that id) at {tracking_uri}")
-    return run_id
+    found = newest_study_parent(client, tracking_uri, value)
+    if found is None:
+        nor_id = " (nor run with that id)" if RUN_ID.match(value) else ""
+        raise TrackingError(
+            f"no Study named {value!r}{nor_id} at {tracking_uri}"
+            f"{_run_of_study(client, tracking_uri, value)}; {known_names(client, tracking_uri)}"
+        )
+    return str(found.info.run_id)
+
+
+def _run_of_study(client: MlflowClient, uri: str, name: str) -> str:
+    """``: 'x' is a run of Study 's' (report it by that name)`` when ``name`` is an arm x seed
+    run's name (the mistake of passing ``local-demo-structure-s0`` for ``local-demo``)."""
+    run = newest_run_named(client, uri, name)
+    study = None if run is None else run.data.tags.get(TAG_STUDY)
+    return f": {name!r} is a run of Study {study!r} (report that name)" if study else ""
 
 
 def load_study_runs(tracking_uri: str, parent_run_id: str) -> tuple[StudyParent, list[RunHistory]]:
     """The parent run and its nested ``FINISHED`` runs (newest per arm x seed), sorted by arm
     then seed, each with the histories of the metrics the report uses."""
     client = open_store(tracking_uri)
-    parent = _get_run(client, tracking_uri, parent_run_id)
+    parent = get_run(client, tracking_uri, parent_run_id)
     if parent is None:
         raise TrackingError(f"no run {parent_run_id!r} at {tracking_uri}")
-    nested = _search(
-        client,
-        tracking_uri,
-        parent.info.experiment_id,
-        f"tags.`{TAG_PARENT}` = '{parent_run_id}'",
-    )
-    kept, skipped = _select(nested)
+    kept, skipped = _select(study_runs(client, tracking_uri, parent))
     histories = [
         RunHistory(arm, seed, r.info.run_id, r.info.status, _histories(client, tracking_uri, r))
         for (arm, seed), r in sorted(kept.items())
@@ -213,73 +224,6 @@ def load_study_runs(tracking_uri: str, parent_run_id: str) -> tuple[StudyParent,
         skipped=tuple(skipped),
     )
     return info, histories
-
-
-def _get_run(client: MlflowClient, uri: str, run_id: str) -> Run | None:
-    try:
-        return client.get_run(run_id)
-    except Exception as e:
-        if error_code(e) in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            return None
-        raise TrackingError(
-            f"tracking: reading run {run_id!r} at {uri} failed: {one_line(e)}"
-        ) from e
-
-
-def _newest_parent(client: MlflowClient, uri: str, study: str) -> str | None:
-    """The newest run tagged as the parent of Study ``study``, in any active experiment."""
-    experiments: list[str] = []
-    token: str | None = None
-    while True:
-        listed = guarded(
-            uri, "listing experiments", partial(client.search_experiments, page_token=token)
-        )
-        experiments.extend(e.experiment_id for e in listed)
-        token = listed.token
-        if not token:
-            break
-    query = f"tags.`{TAG_ROLE}` = 'study' and tags.`{TAG_STUDY}` = '{study}'"
-    newest: tuple[int, str] | None = None
-    # search_runs takes a bounded number of experiments per call; 100 stays under every store's
-    # limit.
-    for start in range(0, len(experiments), 100):
-        page = guarded(
-            uri,
-            f"searching the parent run of Study {study!r}",
-            partial(
-                client.search_runs,
-                experiments[start : start + 100],
-                filter_string=query,
-                max_results=1,
-                order_by=["attributes.start_time DESC"],
-            ),
-        )
-        for run in page:
-            candidate = (run.info.start_time or 0, run.info.run_id)
-            newest = candidate if newest is None or candidate > newest else newest
-    return None if newest is None else newest[1]
-
-
-def _search(client: MlflowClient, uri: str, experiment_id: str, query: str) -> list[Run]:
-    """Every active run of the experiment matching ``query``, oldest first (all pages)."""
-    runs: list[Run] = []
-    token: str | None = None
-    while True:
-        page = guarded(
-            uri,
-            "searching the Study's runs",
-            partial(
-                client.search_runs,
-                [experiment_id],
-                filter_string=query,
-                order_by=["attributes.start_time ASC"],
-                page_token=token,
-            ),
-        )
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
 
 
 def _select(runs: Iterable[Run]) -> tuple[dict[tuple[str, int], Run], list[str]]:

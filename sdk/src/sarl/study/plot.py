@@ -1,13 +1,18 @@
-"""The Study's curves in one PNG: per arm, the mean over seeds with a 95% band, per metric.
+"""The Study's curves in one PNG: per arm and metric, the mean over seeds and their spread.
 
 Called by :func:`sarl.study.report.write_report` (``curves.png`` of ``sarl study report`` and of
 the local Study runner) through :func:`plot_curves`, and by ``StudyResult.figure()`` (the same
 picture inline in a notebook) through :func:`curves_figure`. Panels: held-out avg@k, SR,
-response length, training accuracy, KL, entropy. Seeds are aligned by step: at each step an
-arm's line is the mean over the seeds that logged that step, and its band the Student-t interval
-of :func:`sarl.study.stats.mean_interval` — absent where a single seed logged the step (one seed
-gives no interval). Uses a bare matplotlib
-``Figure`` (Agg, no pyplot state), imported inside the functions.
+response length, training accuracy, KL, entropy; each y axis names its metric in words with the
+unit (:func:`sarl.tracking.metrics.metric_info`).
+
+Seeds are aligned by step: at each step an arm's thick line is the mean over the seeds that
+logged that step. Its spread is drawn as each seed's thin line when the arm has fewer than
+:data:`~sarl.viz.curves.MIN_BAND_SEEDS` seeds, else as the Student-t interval band of
+:func:`sarl.study.stats.mean_interval`, clipped to the metric's range (a share stays in [0, 1])
+and absent at steps fewer seeds logged. Per-step training curves are each seed's trailing mean
+(window stated in the figure; :mod:`sarl.viz.curves`); held-out evaluations are drawn as logged.
+Uses a bare matplotlib ``Figure`` (Agg, no pyplot state), imported inside the functions.
 """
 
 from __future__ import annotations
@@ -18,7 +23,27 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sarl.study.history import HELDOUT, RunHistory, eval_metric, infer_benchmark, infer_k
 from sarl.study.stats import DEFAULT_CONFIDENCE, mean_interval
-from sarl.tracking.metrics import ACCURACY, ENTROPY, KL, RESPONSE_LENGTH, STRUCTURE_SCORE
+from sarl.tracking.metrics import (
+    ACCURACY,
+    ENTROPY,
+    EVAL_PREFIX,
+    KL,
+    RESPONSE_LENGTH,
+    STRUCTURE_SCORE,
+    metric_info,
+)
+from sarl.viz.curves import (
+    MIN_BAND_SEEDS,
+    THICK_LW,
+    THIN_ALPHA,
+    THIN_LW,
+    by_step,
+    draw_seeds,
+    finish_axes,
+    smoothing_text,
+    smoothing_window,
+    trailing_mean,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -44,7 +69,7 @@ def panels(k: int, benchmark: str = HELDOUT) -> tuple[tuple[str, str], ...]:
     title = f"held-out avg@{k}" if benchmark == HELDOUT else f"{benchmark} avg@{k}"
     return (
         (title, eval_metric("eval_accuracy", k, benchmark)),
-        ("SR (structure/score)", STRUCTURE_SCORE),
+        ("SR (structure reward)", STRUCTURE_SCORE),
         ("response length", RESPONSE_LENGTH),
         ("training accuracy", ACCURACY),
         ("KL", KL),
@@ -53,22 +78,28 @@ def panels(k: int, benchmark: str = HELDOUT) -> tuple[tuple[str, str], ...]:
 
 
 def seed_band(
-    histories: Sequence[RunHistory], key: str, confidence: float = DEFAULT_CONFIDENCE
+    histories: Sequence[RunHistory],
+    key: str,
+    confidence: float = DEFAULT_CONFIDENCE,
+    *,
+    window: int = 1,
+    min_seeds: int = MIN_BAND_SEEDS,
 ) -> Band:
-    """Metric ``key`` of ``histories`` (one arm's seeds) aligned by step: mean and interval."""
-    by_step: dict[int, list[float]] = {}
-    for history in histories:
-        for step, value in history.metrics.get(key, []):
-            by_step.setdefault(step, []).append(value)
+    """Metric ``key`` of ``histories`` (one arm's seeds), each seed's trailing mean over
+    ``window`` points, aligned by step: the mean, and the interval where at least ``min_seeds``
+    seeds logged the step, clipped to the metric's range."""
+    bounds = metric_info(key).range
+    curves = [trailing_mean(h.metrics.get(key, []), window) for h in histories]
     band = Band([], [], [], [], [])
-    for step in sorted(by_step):
-        interval = mean_interval(by_step[step], confidence)
+    for step, values in by_step(curves).items():
+        interval = mean_interval(values, confidence, bounds)
         if interval.mean is None:  # every value at this step was non-finite
             continue
+        wide_enough = interval.n >= min_seeds
         band.steps.append(step)
         band.mean.append(interval.mean)
-        band.low.append(interval.low)
-        band.high.append(interval.high)
+        band.low.append(interval.low if wide_enough else None)
+        band.high.append(interval.high if wide_enough else None)
         band.seeds.append(interval.n)
     return band
 
@@ -104,7 +135,6 @@ def curves_figure(
     Raises ``ValueError`` when ``histories`` is empty (nothing to draw).
     """
     from matplotlib import colormaps
-    from matplotlib.lines import Line2D
 
     from sarl.display import figure
 
@@ -117,37 +147,89 @@ def curves_figure(
     k = k if k is not None else infer_k(histories, _DEFAULT_K, benchmark)
     palette = colormaps["tab10"]
     colors = {arm: palette(i % 10) for i, arm in enumerate(order)}
+    window = smoothing_window(_training_steps(histories))
 
     fig = figure(figsize=(13, 7.8), layout="constrained")
     for ax, (title, key) in zip(fig.subplots(2, 3).flat, panels(k, benchmark), strict=True):
-        bands = {arm: seed_band(by_arm[arm], key) for arm in order}
-        _draw_panel(ax, title, key, bands, colors)
-    handles = [
-        Line2D([], [], color=colors[arm], lw=2, label=_legend(arm, len(by_arm[arm])))
-        for arm in order
-    ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
-    fig.suptitle("Study: mean over seeds, 95% interval band", fontweight="bold")
+        # Held-out evaluations are a few points, each a mean over many problems: as logged.
+        smooth = 1 if key.startswith(EVAL_PREFIX) else window
+        _draw_panel(ax, title, key, {arm: by_arm[arm] for arm in order}, colors, smooth)
+    seeds = {arm: len(by_arm[arm]) for arm in order}
+    fig.legend(handles=_legend(seeds, colors), loc="outside lower center", ncols=4)
+    fig.suptitle(_title(seeds, window), fontweight="bold")
     return fig
 
 
-def _legend(arm: str, seeds: int) -> str:
-    return f"{arm} ({seeds} seed{'s' if seeds != 1 else ''})"
+def _training_steps(histories: Sequence[RunHistory]) -> int:
+    """The most points any run logged of any training metric (what the window is a share of)."""
+    return max(
+        (
+            len(v)
+            for h in histories
+            for key, v in h.metrics.items()
+            if not key.startswith(EVAL_PREFIX)
+        ),
+        default=0,
+    )
+
+
+def _title(seeds: Mapping[str, int], window: int) -> str:
+    thin = any(n < MIN_BAND_SEEDS for n in seeds.values())
+    band = any(n >= MIN_BAND_SEEDS for n in seeds.values())
+    spread = {
+        (True, False): f"each seed thin (a band needs {MIN_BAND_SEEDS}+ seeds)",
+        (False, True): "95% interval band",
+        (True, True): f"95% band from {MIN_BAND_SEEDS} seeds, else each seed thin",
+    }[(thin, band)]
+    return (
+        f"Study: mean over seeds (thick), {spread}\n"
+        f"{smoothing_text(window)}; held-out evaluations as logged"
+    )
+
+
+def _seeds(arm: str, n: int) -> str:
+    return f"{arm} ({n} seed{'s' if n != 1 else ''})"
+
+
+def _legend(seeds: Mapping[str, int], colors: Mapping[str, Any]) -> list[Any]:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = [
+        Line2D([], [], color=colors[arm], label=_seeds(arm, n), lw=THICK_LW)
+        for arm, n in seeds.items()
+    ]
+    if any(1 < n < MIN_BAND_SEEDS for n in seeds.values()):
+        handles.append(
+            Line2D([], [], color="#555555", label="one seed", lw=THIN_LW, alpha=THIN_ALPHA)
+        )
+    if any(n >= MIN_BAND_SEEDS for n in seeds.values()):
+        handles.append(Patch(color="#555555", alpha=0.2, lw=0, label="95% interval"))
+    return handles
 
 
 def _draw_panel(
-    ax: Axes, title: str, key: str, bands: Mapping[str, Band], colors: Mapping[str, Any]
+    ax: Axes,
+    title: str,
+    key: str,
+    by_arm: Mapping[str, Sequence[RunHistory]],
+    colors: Mapping[str, Any],
+    window: int,
 ) -> None:
-    from matplotlib.ticker import MaxNLocator
-
     ax.set_title(title, fontweight="bold")
     drawn = False
-    for arm, band in bands.items():
+    for arm, runs in by_arm.items():
+        band = seed_band(runs, key, window=window)
         if not band.steps:
             continue
         drawn = True
-        marker = "o" if len(band.steps) <= _MARKERS_UP_TO else ""
-        ax.plot(band.steps, band.mean, color=colors[arm], lw=1.8, marker=marker, ms=3)
+        markers = len(band.steps) <= _MARKERS_UP_TO
+        if len(runs) < MIN_BAND_SEEDS:
+            curves = [trailing_mean(h.metrics.get(key, []), window) for h in runs]
+            draw_seeds(ax, [c for c in curves if c], colors[arm], markers=markers)
+            continue
+        ax.plot(band.steps, band.mean, color=colors[arm], marker="o" if markers else "", ms=3,
+                lw=THICK_LW)  # fmt: skip
         nan = float("nan")
         low = [nan if v is None else v for v in band.low]  # NaN: a gap in the band
         high = [nan if v is None else v for v in band.high]
@@ -158,10 +240,7 @@ def _draw_panel(
         ax.set_xticks([])
         ax.set_yticks([])
         return
-    ax.set_xlabel("step")
-    ax.set_ylabel(key, fontsize=9)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-    ax.grid(alpha=0.3)
+    finish_axes(ax, metric_info(key).label)
 
 
 __all__ = ["Band", "curves_figure", "panels", "plot_curves", "seed_band"]

@@ -10,7 +10,11 @@ What is compared (:data:`COMPARED`, per run from :func:`~sarl.study.history.summ
 start and end value of each metric, and the change ``end − start`` of each run. Per arm, the mean
 of each over seeds with its 95% Student-t interval (:mod:`sarl.study.stats`); per non-reference
 arm, the paired difference ``arm − reference`` over the seeds both ran, of the end values and of
-the changes.
+the changes. Every interval is clipped to what it can be (the metric's
+:class:`~sarl.tracking.metrics.Range` from :func:`~sarl.tracking.metrics.metric_info`: start and
+end values to the range, changes to ``±`` its width, paired differences to the range of a
+difference of two such values); a clipped interval says so
+in ``report.md`` ("clipped to [0, 1]") and in ``summary.json`` (``clipped_to``).
 
 Reward-hacking flags (thresholds are the constants below):
 
@@ -41,6 +45,7 @@ from sarl.study.history import (
     TRAINING_METRICS,
     RunHistory,
     StudyParent,
+    eval_metric,
     find_parent_run,
     infer_benchmark,
     infer_k,
@@ -49,7 +54,7 @@ from sarl.study.history import (
     summarize_run,
 )
 from sarl.study.stats import DEFAULT_CONFIDENCE, Interval, mean_interval, paired_difference
-from sarl.tracking.metrics import metric_key
+from sarl.tracking.metrics import Range, metric_info, metric_key
 from sarl.tracking.store import TrackingError, guarded, make_client
 
 if TYPE_CHECKING:
@@ -138,8 +143,13 @@ class StudyReport:
 
     def to_dataframes(self) -> dict[str, pd.DataFrame]:
         """``runs`` (arm, seed, :data:`RUN_KEYS`), ``arms`` and ``paired`` (long: arm, metric,
-        mean, low, high, n; ``paired`` adds the reference)."""
+        mean, low, high, n, clipped_to — the range as text, e.g. ``[0, 1]``, where the interval
+        was clipped, else ``None``; ``paired`` adds the reference)."""
         import pandas as pd
+
+        def row(iv: Interval) -> dict[str, Any]:
+            clipped = None if iv.clipped_to is None else str(iv.clipped_to)
+            return {**iv.to_dict(), "clipped_to": clipped}
 
         runs = [
             {"arm": arm, "seed": seed, **run}
@@ -147,16 +157,16 @@ class StudyReport:
             for seed, run in self.runs[arm].items()
         ]
         arms = [
-            {"arm": arm, "metric": m, **iv.to_dict()}
+            {"arm": arm, "metric": m, **row(iv)}
             for arm in self.arms
             for m, iv in self.aggregate[arm].items()
         ]
         paired = [
-            {"arm": arm, "reference": self.reference, "metric": m, **iv.to_dict()}
+            {"arm": arm, "reference": self.reference, "metric": m, **row(iv)}
             for arm in self.arms
             for m, iv in self.vs_reference[arm].items()
         ]
-        interval_columns = ["metric", "mean", "low", "high", "n"]
+        interval_columns = ["metric", "mean", "low", "high", "n", "clipped_to"]
         return {
             "runs": pd.DataFrame(runs, columns=["arm", "seed", *RUN_KEYS]),
             "arms": pd.DataFrame(arms, columns=["arm", *interval_columns]),
@@ -175,7 +185,7 @@ _LABELS: Mapping[str, str] = {
     "sr": "SR",
     "clustering": "C",
     "path_length": "L",
-    "length": "response length",
+    "length": "response length",  # tokens
     "kl": "KL",
     "entropy": "entropy",
     "accuracy": "training accuracy",
@@ -191,14 +201,16 @@ def _num(value: float | None, metric: str, signed: bool = False) -> str:
 
 
 def _iv(interval: Interval, metric: str, signed: bool = False) -> str:
-    """``0.180 [0.150, 0.210]``; one seed: ``0.180 (1 seed)``; no value: ``—``."""
+    """``0.180 [0.150, 0.210]``; clipped: ``0.011 [0.000, 0.147] clipped to [0, 1]``; one seed:
+    ``0.180 (1 seed)``; no value: ``—``."""
     if interval.mean is None:
         return "—"
     mean = _num(interval.mean, metric, signed)
     if interval.low is None or interval.high is None:
         return f"{mean} (1 seed)"
     low, high = _num(interval.low, metric, signed), _num(interval.high, metric, signed)
-    return f"{mean} [{low}, {high}]"
+    clipped = "" if interval.clipped_to is None else f" clipped to {interval.clipped_to}"
+    return f"{mean} [{low}, {high}]{clipped}"
 
 
 def _start_end(agg: Mapping[str, Interval], metric: str) -> str:
@@ -291,8 +303,10 @@ def how_read(report: StudyReport) -> str:
     return (
         f"Held-out avg@{k} and pass@{k} on `{report.benchmark}`: first evaluation (step 0, "
         "before any RL update) → last; training metrics: mean of the first → last quarter of "
-        f"the steps. Means over seeds with {pct} Student-t intervals (none from one seed); "
-        "differences vs the reference are paired by seed."
+        f"the steps. Means over seeds with {pct} Student-t intervals (none from one seed), "
+        "clipped to the values possible (shares and SR in [0, 1]; length, KL and entropy "
+        "≥ 0; changes and differences within what two such values allow), the range named where "
+        "an interval was clipped; differences vs the reference are paired by seed."
     )
 
 
@@ -346,15 +360,19 @@ def build_report(
         runs[history.arm][history.seed] = summarize_run(history, k, benchmark=benchmark)
     all_notes += _coverage_notes(runs, reference_arm)
     per_seed = {arm: _per_seed(runs[arm]) for arm in order}
+    bounds = value_ranges(k, benchmark)
     aggregate = {
-        arm: {m: mean_interval(v.values(), confidence) for m, v in per_seed[arm].items()}
+        arm: {m: mean_interval(v.values(), confidence, bounds[m]) for m, v in per_seed[arm].items()}
         for arm in order
     }
     vs_reference = {
         arm: {}
         if arm == reference_arm
         else {
-            m: paired_difference(per_seed[arm][m], per_seed[reference_arm][m], confidence)
+            # arm − reference: a difference of two end values (or of two changes).
+            m: paired_difference(
+                per_seed[arm][m], per_seed[reference_arm][m], confidence, bounds[m].difference()
+            )
             for m in per_seed[arm]
             if not m.endswith("_start")
         }
@@ -373,6 +391,19 @@ def build_report(
         confidence=confidence,
         benchmark=benchmark,
     )
+
+
+def value_ranges(k: int, benchmark: str = HELDOUT) -> dict[str, Range]:
+    """``<metric>_start|_end|_change`` of :data:`COMPARED` -> the range its values lie in:
+    the metric's own range (:func:`~sarl.tracking.metrics.metric_info`) for start and end, the
+    range of a difference of two such values for the change."""
+    out: dict[str, Range] = {}
+    for m in COMPARED:
+        key = TRAINING_METRICS.get(m) or eval_metric(m, k, benchmark)
+        bounds = metric_info(key).range
+        out[f"{m}_start"], out[f"{m}_end"] = bounds, bounds
+        out[f"{m}_change"] = bounds.difference()
+    return out
 
 
 def _per_seed(runs: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[int, float | None]]:
@@ -639,5 +670,6 @@ __all__ = [
     "log_report",
     "paired_rows",
     "report_for",
+    "value_ranges",
     "write_report",
 ]

@@ -6,7 +6,7 @@ Jupyter a result shows the report's table per arm (means over seeds with their i
 change from the start, the paired difference to the reference arm, the reward-hacking flags),
 the paired differences and each run's outcome (``_repr_html_``); ``rich.print`` and ``print``
 show the same (:mod:`sarl.display`). :meth:`StudyResult.to_frame` gives the per-arm numbers to
-pandas and :meth:`StudyResult.figure` the curves with their interval bands to matplotlib (both
+pandas and :meth:`StudyResult.figure` the curves over seeds to matplotlib (both
 imported lazily).
 """
 
@@ -58,7 +58,8 @@ class StudyResult(display.Rendered):
 
     @property
     def curves_png(self) -> Path | None:
-        """The curves PNG the report wrote (mean line and 95 % band per arm)."""
+        """The curves PNG the report wrote (per arm the mean over seeds, and each seed's line
+        or, from 3 seeds, the 95 % band)."""
         return None if self.out_dir is None else self.out_dir / "curves.png"
 
     # -- data ------------------------------------------------------------------------------------
@@ -83,7 +84,7 @@ class StudyResult(display.Rendered):
         columns = pd.MultiIndex.from_product([keys, _STATS], names=["metric", "stat"])
         rows = [
             [
-                _nan(report.aggregate[arm][key].to_dict()[stat])
+                _nan(getattr(report.aggregate[arm][key], stat))
                 if key in report.aggregate[arm]
                 else float("nan")
                 for key in keys
@@ -95,7 +96,8 @@ class StudyResult(display.Rendered):
 
     def figure(self) -> Figure:
         """The report's curves (held-out avg@k, SR, length, training accuracy, KL, entropy): per
-        arm the mean over seeds with its 95 % interval band, read back from MLflow. A bare
+        arm the mean over seeds with each seed's line or, from 3 seeds, the 95 % interval band
+        (:mod:`sarl.study.plot`), read back from MLflow. A bare
         ``Figure``: Jupyter shows it inline. ``ValueError`` when no run finished."""
         from sarl.study.history import load_study_runs
         from sarl.study.plot import curves_figure

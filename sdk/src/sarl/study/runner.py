@@ -79,7 +79,7 @@ def run_study(study: Study, opts: StudyOptions | None = None) -> StudyResult:
     named = opts.tracking_uri_flag if opts.tracking_uri else "tracking.mlflow_uri"
     # SIGTERM/SIGHUP end the Study as Ctrl-C does: runs stopped, parent run closed KILLED.
     with signals_interrupt():
-        parent = _parent_tracker(study, tracking_uri)
+        parent = open_parent_run(study, tracking_uri)
         result = StudyResult(study.name, parent.run_id, tracking_uri)
         try:
             runs = [
@@ -129,11 +129,14 @@ def check_importable_rewards(study: Study, jobs: int) -> list[str]:
     return list(modules)
 
 
-def _parent_tracker(study: Study, tracking_uri: str) -> Any:
-    """The Study's parent run: the newest one of this exact document, else a new one."""
+def open_parent_run(study: Study, tracking_uri: str) -> Any:
+    """The Study's parent run (a :class:`~sarl.tracking.tracker.Tracker`): the newest one of
+    this exact document, else a new one, described for MLflow's UI (what the Study compares;
+    the experiment it creates says where to click to see the arms)."""
     import yaml
 
     from sarl.spec.secrets import redact
+    from sarl.tracking.describe import experiment_description, study_description
     from sarl.tracking.store import guarded, make_client
     from sarl.tracking.tracker import STUDY_SPEC_ARTIFACT, Tracker, flatten_params
 
@@ -172,6 +175,8 @@ def _parent_tracker(study: Study, tracking_uri: str) -> Any:
         ),
         spec_yaml=yaml.safe_dump(doc, sort_keys=False),
         spec_artifact=STUDY_SPEC_ARTIFACT,
+        description=study_description(study),
+        experiment_description=experiment_description(study.mlflow_experiment, study),
     )
 
 

@@ -17,6 +17,12 @@ Conventions: ``None`` and non-finite values (NaN, ±inf; JSON cannot hold them) 
 anything is computed; no value left → ``mean`` is ``None``; one value → the mean only, ``low``
 and ``high`` are ``None`` (one seed gives no spread, hence no interval); values all equal → a
 zero-width interval at the mean.
+
+Bounded metrics: given the metric's ``bounds`` (:class:`sarl.tracking.metrics.Range`), an end of
+the interval beyond them is moved onto them and the interval records the range in
+``clipped_to``. With two seeds ``t_{0.975, 1}`` = 12.7, so a share of 0.01 ± 0.06 would
+otherwise read [−0.05, 0.07]; the clipped interval is no longer symmetric about the mean, and its
+coverage is at least that of the unclipped one (only impossible values were cut).
 """
 
 from __future__ import annotations
@@ -27,21 +33,36 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sarl.tracking.metrics import Range
+
 DEFAULT_CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
 class Interval:
-    """A mean over ``n`` seeds and its confidence interval (``None`` where undefined)."""
+    """A mean over ``n`` seeds and its confidence interval (``None`` where undefined).
+
+    ``clipped_to``: the metric's range when an end of the interval lay beyond it and was moved
+    onto it (see the module docstring), else ``None``.
+    """
 
     mean: float | None
     low: float | None
     high: float | None
     n: int
+    clipped_to: Range | None = None
 
-    def to_dict(self) -> dict[str, float | int | None]:
-        """``{"mean", "low", "high", "n"}``, the form in ``summary.json``."""
-        return {"mean": self.mean, "low": self.low, "high": self.high, "n": self.n}
+    def to_dict(self) -> dict[str, float | int | list[float | None] | None]:
+        """``{"mean", "low", "high", "n", "clipped_to"}``, the form in ``summary.json``;
+        ``clipped_to`` is ``[low, high]`` of the range (``null`` for an open end) or ``null``."""
+        clipped = None if self.clipped_to is None else [self.clipped_to.low, self.clipped_to.high]
+        return {
+            "mean": self.mean,
+            "low": self.low,
+            "high": self.high,
+            "n": self.n,
+            "clipped_to": clipped,
+        }
 
 
 def finite(values: Iterable[float | None]) -> list[float]:
@@ -50,9 +71,12 @@ def finite(values: Iterable[float | None]) -> list[float]:
 
 
 def mean_interval(
-    values: Iterable[float | None], confidence: float = DEFAULT_CONFIDENCE
+    values: Iterable[float | None],
+    confidence: float = DEFAULT_CONFIDENCE,
+    bounds: Range | None = None,
 ) -> Interval:
-    """Mean of ``values`` with its Student-t ``confidence`` interval (see the module docstring)."""
+    """Mean of ``values`` with its Student-t ``confidence`` interval, clipped to ``bounds`` (see
+    the module docstring)."""
     from scipy import stats  # type: ignore[import-untyped]
 
     if not 0.0 < confidence < 1.0:
@@ -66,16 +90,28 @@ def mean_interval(
         return Interval(mean, None, None, 1)
     sem = float(kept.std(ddof=1)) / math.sqrt(n)
     half = float(stats.t.ppf((1.0 + confidence) / 2.0, n - 1)) * sem
-    return Interval(mean, mean - half, mean + half, n)
+    return clip(Interval(mean, mean - half, mean + half, n), bounds)
+
+
+def clip(interval: Interval, bounds: Range | None) -> Interval:
+    """``interval`` with each end moved into ``bounds``; ``clipped_to`` set when one moved."""
+    if bounds is None or interval.low is None or interval.high is None:
+        return interval
+    low, high = bounds.clip(interval.low), bounds.clip(interval.high)
+    if (low, high) == (interval.low, interval.high):
+        return interval
+    return Interval(interval.mean, low, high, interval.n, clipped_to=bounds)
 
 
 def paired_difference(
     arm_values: Mapping[int, float | None],
     ref_values: Mapping[int, float | None],
     confidence: float = DEFAULT_CONFIDENCE,
+    bounds: Range | None = None,
 ) -> Interval:
     """Mean of ``arm − reference`` over the seeds both have a finite value for, with the paired
-    t-interval; ``n`` is the number of such seeds."""
+    t-interval clipped to ``bounds`` (the range of a difference,
+    :meth:`~sarl.tracking.metrics.Range.difference`); ``n`` is the number of such seeds."""
     diffs = [
         float(a) - float(r)
         for seed, a in arm_values.items()
@@ -84,7 +120,14 @@ def paired_difference(
         and math.isfinite(a)
         and math.isfinite(r)
     ]
-    return mean_interval(diffs, confidence)
+    return mean_interval(diffs, confidence, bounds)
 
 
-__all__ = ["DEFAULT_CONFIDENCE", "Interval", "finite", "mean_interval", "paired_difference"]
+__all__ = [
+    "DEFAULT_CONFIDENCE",
+    "Interval",
+    "clip",
+    "finite",
+    "mean_interval",
+    "paired_difference",
+]

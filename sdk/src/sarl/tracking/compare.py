@@ -2,42 +2,54 @@
 
 Called by ``sarl compare`` (:mod:`sarl.cli.compare`), by ``sarl.compare(...)`` and
 ``sarl.Client.local().compare(...)`` (:func:`compare`, which also takes the ``RunResult`` s a
-notebook holds). Runs are named by id and/or by experiment (all its active runs).
+notebook holds). Runs are named by id or name, by Study (its arm x seed runs) and/or by
+experiment (all its active runs); :mod:`sarl.tracking.lookup` finds them, and an unknown name is
+refused with the experiments, Studies and runs the store holds. A Study's parent run is never
+compared itself (it logs no curves, and its params are the Study's, not a run's).
 :func:`compare_runs` reads everything once into a frozen :class:`Comparison`, which is the one
-home of what is shown: its tables (runs, params that differ, final metrics; columns labelled by
-run name, plus a short id where names repeat) render as HTML in Jupyter, with rich in a terminal
-(:mod:`sarl.display`) and as a pandas DataFrame (:meth:`Comparison.to_frame`); its figure has a
-panel per curve of :data:`sarl.tracking.metrics.CURVES` (reward, accuracy, SR, length, KL,
-entropy) and one line per run (:meth:`Comparison.figure`; :func:`plot_curves` writes it as a
-PNG). Reads go through an explicit ``MlflowClient``, like :mod:`sarl.tracking.tracker`;
-:mod:`sarl.tracking.store` opens it. pandas and matplotlib are imported when first used.
+home of what is shown: its tables (runs with experiment name, arm and seed; params that differ;
+final metrics; columns labelled by run name, plus a short id where names repeat) render as HTML
+in Jupyter, with rich in a terminal (:mod:`sarl.display`) and as a pandas DataFrame
+(:meth:`Comparison.to_frame`); its figure has a panel per curve of
+:data:`sarl.tracking.metrics.CURVES` (reward, accuracy, SR, length, KL, entropy) with one colour
+per group — a Study arm (its seeds as thin lines, their mean thick) or a run on its own —,
+per-step curves smoothed as in the Study report (:meth:`Comparison.figure`, drawn by
+:mod:`sarl.viz.comparison`; :func:`plot_curves` writes it as a PNG). Reads go through an explicit
+``MlflowClient``, like :mod:`sarl.tracking.tracker`; :mod:`sarl.tracking.store` opens it. pandas
+and matplotlib are imported when first used.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sarl import display
-from sarl.tracking.metrics import CURVES, curve_metrics
+from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY
+from sarl.tracking.lookup import (
+    RUN_ID,
+    find_runs,
+    get_run,
+    is_study_parent,
+    known_names,
+    search_runs,
+)
+from sarl.tracking.metrics import curve_metrics
 from sarl.tracking.store import (
     TrackingError,
     bound_http_retries,
-    error_code,
     guarded,
     make_client,
-    one_line,
     preflight,
     sqlite_path,
 )
 
 if TYPE_CHECKING:
     import pandas as pd
-    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
     from mlflow import MlflowClient
     from mlflow.entities import Run
@@ -45,21 +57,22 @@ if TYPE_CHECKING:
 
 # Run names can repeat (two runs of one experiment): there, labels carry a short id too.
 _SHORT_ID = 8
-# A tab10-like palette, spelled out so colours do not depend on matplotlib's style settings.
-_COLORS = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What identifies a run in the comparison."""
+    """What identifies a run in the comparison. ``experiment``: the experiment's name;
+    ``study``, ``parent_run_id``, ``arm``, ``seed``: set for a Study's arm x seed run."""
 
     run_id: str
     name: str
     status: str  # RUNNING, FINISHED, FAILED, KILLED, SCHEDULED
     experiment_id: str
+    experiment: str = ""
+    study: str | None = None
+    parent_run_id: str | None = None
+    arm: str | None = None
+    seed: int | None = None
 
     @property
     def label(self) -> str:
@@ -95,6 +108,29 @@ class Comparison(display.Rendered):
     histories: dict[str, dict[str, list[tuple[int, float]]]] = field(default_factory=dict)
 
     @property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        """Legend label -> the run ids drawn in one colour: a Study arm's runs (its seeds) under
+        the arm's name, every other run on its own under its label (:attr:`labels`). Arms of
+        different Studies are told apart by the Study's name (and its parent run's short id
+        when one Study was run twice)."""
+        labels = self.labels
+        parents = {r.parent_run_id: r.study for r in self.runs if r.arm is not None}
+        named = list(parents.values())
+        out: dict[str, list[str]] = {}
+        for run in self.runs:
+            if run.arm is None:
+                out.setdefault(labels[run.run_id], []).append(run.run_id)
+                continue
+            label = run.arm
+            if len(parents) > 1:
+                study = run.study or "?"
+                if named.count(run.study) > 1:
+                    study += f" ({(run.parent_run_id or '')[:_SHORT_ID]})"
+                label = f"{study}/{run.arm}"
+            out.setdefault(label, []).append(run.run_id)
+        return {label: tuple(ids) for label, ids in out.items()}
+
+    @property
     def labels(self) -> dict[str, str]:
         """Run id -> how tables and legends name the run: its name, or ``name (short id)`` when
         another run of the comparison has the same name (or it has none)."""
@@ -113,10 +149,20 @@ class Comparison(display.Rendered):
     def tables(self) -> tuple[display.Table, display.Table, display.Table]:
         """The runs, the params that differ, the final metrics (the last two: runs as columns)."""
         labels = self.labels
+        arms = any(r.arm is not None for r in self.runs)  # arm and seed columns for Study runs
         runs = display.Table(
             "runs",
-            ("run", "id", "status", "experiment"),
-            tuple((labels[r.run_id], r.run_id, r.status, r.experiment_id) for r in self.runs),
+            ("run", "id", "status", "experiment", *(("arm", "seed") if arms else ())),
+            tuple(
+                (
+                    labels[r.run_id],
+                    r.run_id,
+                    r.status,
+                    r.experiment or r.experiment_id,
+                    *((display.text(r.arm), display.text(r.seed)) if arms else ()),
+                )
+                for r in self.runs
+            ),
         )
         columns = tuple(labels[r.run_id] for r in self.runs)
         params = display.Table(
@@ -188,10 +234,14 @@ class Comparison(display.Rendered):
     # -- pictures --------------------------------------------------------------------------------
 
     def figure(self) -> Figure:
-        """A 2x3 grid (reward, accuracy, SR, length, KL, entropy), one line per run, one colour
-        per run across panels, the legend below. A panel no run logged says "no data". A bare
+        """A 2x3 grid (reward, accuracy, SR, length, KL, entropy), one colour per group
+        (:attr:`groups`) across panels: a Study arm's seeds as thin lines and their mean thick,
+        a run on its own as one line; per-step curves smoothed by a trailing mean (the window is
+        in the title); the legend below. A panel no run logged says "no data". A bare
         ``Figure`` (no pyplot state): Jupyter shows it inline, ``savefig`` writes it."""
-        return _figure(self)
+        from sarl.viz.comparison import comparison_figure
+
+        return comparison_figure(self)
 
     # -- rendering -------------------------------------------------------------------------------
 
@@ -208,8 +258,9 @@ def compare(
     latest: bool = False,
     tracking_uri: str | None = None,
 ) -> Comparison:
-    """Compare ``runs`` (run ids, or the ``RunResult`` s of local runs) and/or every run of
-    ``experiments`` (only the newest of each with ``latest``).
+    """Compare ``runs`` (run ids or names, Study names, or the ``RunResult`` s of local runs)
+    and/or every run of ``experiments`` (with ``latest``, only the newest run of each, or the
+    newest Study's runs).
 
     The store is ``tracking_uri``, else the one the given results logged to (they must share
     one), else the local store ``./.sarl/mlflow.db``. Errors as :func:`compare_runs`;
@@ -235,14 +286,20 @@ def compare_runs(
     experiments: Sequence[str] = (),
     latest: bool = False,
 ) -> Comparison:
-    """Read the runs ``run_ids`` plus all active runs of ``experiments`` from ``uri``
-    (only the newest run of each experiment with ``latest``).
+    """Read the runs ``run_ids`` names plus all active runs of ``experiments`` from ``uri``.
 
-    Raises :class:`TrackingError` naming every unknown run id and experiment, when the store
-    cannot be reached, or when the experiments hold no runs; ``ValueError`` when both are empty.
+    ``run_ids`` may hold run ids, run names (the newest run of that name) and Study names or
+    parent runs (the Study's arm x seed runs; :func:`sarl.tracking.lookup.find_runs`). A
+    Study's parent run is left out of an experiment's runs. With ``latest``, each experiment
+    keeps only its newest run or, when that is a Study's run, the runs of that Study's parent.
+    Runs are ordered by group (a Study arm, first mention first), then by seed.
+
+    Raises :class:`TrackingError` naming every unknown run and experiment together with the
+    names the store holds, when the store cannot be reached, or when nothing is left to compare;
+    ``ValueError`` when both are empty.
     """
     if not run_ids and not experiments:
-        raise ValueError("give run ids and/or experiment names to compare")
+        raise ValueError("give run ids or names and/or experiment names to compare")
     db = sqlite_path(uri)
     if db is not None and not db.exists():
         # Opening a missing SQLite store would create an empty one; say what happened instead.
@@ -253,10 +310,9 @@ def compare_runs(
     runs = _resolve_runs(client, uri, run_ids, experiments)
     if latest:
         runs = _newest_per_experiment(runs)
-    summaries = tuple(
-        RunSummary(r.info.run_id, r.info.run_name or "", r.info.status, r.info.experiment_id)
-        for r in runs
-    )
+    runs = _by_group(runs, _arm_order(client, uri, runs))
+    names = _experiment_names(client, uri, runs)
+    summaries = tuple(_summary(r, names) for r in runs)
     return Comparison(
         uri=uri,
         runs=summaries,
@@ -266,20 +322,35 @@ def compare_runs(
     )
 
 
+def _summary(run: Run, experiment_names: dict[str, str]) -> RunSummary:
+    tags = run.data.tags
+    arm = tags.get(TAG_ARM) if tags.get(TAG_ROLE) == "arm" else None
+    seed = tags.get(TAG_SEED, "")
+    return RunSummary(
+        run.info.run_id,
+        run.info.run_name or "",
+        run.info.status,
+        run.info.experiment_id,
+        experiment=experiment_names.get(run.info.experiment_id, ""),
+        study=tags.get(TAG_STUDY) if arm else None,
+        parent_run_id=tags.get(TAG_PARENT) if arm else None,
+        arm=arm,
+        seed=int(seed) if arm and seed.isdigit() else None,
+    )
+
+
 def _resolve_runs(
-    client: MlflowClient, uri: str, run_ids: Sequence[str], experiments: Sequence[str]
+    client: MlflowClient, uri: str, names: Sequence[str], experiments: Sequence[str]
 ) -> list[Run]:
     found: dict[str, Run] = {}  # run id -> run, first mention wins the position
     unknown: list[str] = []
-    for run_id in run_ids:
-        try:
-            run = client.get_run(run_id)
-        except Exception as e:
-            if error_code(e) not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                raise TrackingError(f"reading run {run_id!r} at {uri} failed: {one_line(e)}") from e
-            unknown.append(f"run id {run_id!r}")
+    for name in names:
+        runs = find_runs(client, uri, name)
+        if runs is None:
+            unknown.append(f"run id {name!r}" if RUN_ID.match(name.strip()) else f"run {name!r}")
             continue
-        found.setdefault(run.info.run_id, run)
+        for run in runs:
+            found.setdefault(run.info.run_id, run)
     experiment_ids: list[str] = []
     for name in experiments:
         experiment = guarded(
@@ -290,45 +361,86 @@ def _resolve_runs(
         else:
             experiment_ids.append(experiment.experiment_id)
     if unknown:
-        raise TrackingError(f"unknown {', '.join(unknown)} at {uri}")
-    for run in _search(client, uri, experiment_ids):
-        found.setdefault(run.info.run_id, run)
+        raise TrackingError(f"unknown {', '.join(unknown)} at {uri}; {known_names(client, uri)}")
+    for run in search_runs(client, uri, experiment_ids):
+        if not is_study_parent(run):  # the Study's runs are compared, not the run grouping them
+            found.setdefault(run.info.run_id, run)
     if not found:
-        raise TrackingError(f"no runs in experiment {', '.join(map(repr, experiments))} at {uri}")
+        what = ", ".join([*map(repr, names), *(f"experiment {e!r}" for e in experiments)])
+        raise TrackingError(f"no runs to compare in {what} at {uri}")
     return list(found.values())
 
 
 def _newest_per_experiment(runs: list[Run]) -> list[Run]:
-    """Keep each experiment's most recently started run, in the input order."""
+    """Keep each experiment's most recently started run — or, when that is an arm x seed run of
+    a Study, every run of that Study's parent — in the input order."""
     newest: dict[str, Run] = {}
     for run in runs:
         best = newest.get(run.info.experiment_id)
         if best is None or (run.info.start_time or 0) > (best.info.start_time or 0):
             newest[run.info.experiment_id] = run
+    parents = {p for r in newest.values() if (p := _study_parent(r))}
     keep = {r.info.run_id for r in newest.values()}
-    return [r for r in runs if r.info.run_id in keep]
+    return [r for r in runs if r.info.run_id in keep or _study_parent(r) in parents]
 
 
-def _search(client: MlflowClient, uri: str, experiment_ids: list[str]) -> list[Run]:
-    """All active runs of the experiments, oldest first (every page)."""
-    runs: list[Run] = []
-    token: str | None = None
-    while experiment_ids:
-        page = guarded(
-            uri,
-            "searching runs",
-            partial(
-                client.search_runs,
-                experiment_ids,
-                order_by=["attributes.start_time ASC"],
-                page_token=token,
-            ),
+def _study_parent(run: Run) -> str | None:
+    """The parent run id of a Study's arm x seed run, else ``None``."""
+    tags = run.data.tags
+    return tags.get(TAG_PARENT) if tags.get(TAG_ROLE) == "arm" else None
+
+
+def _by_group(runs: list[Run], arm_order: Mapping[str, Sequence[str]]) -> list[Run]:
+    """A Study's runs together where the Study is first mentioned, by arm (``arm_order``:
+    parent run id -> the Study's arms in document order; unlisted arms after them, by first
+    mention), then by seed; other runs keep their place."""
+    first_parent: dict[str, int] = {}
+    first_arm: dict[tuple[str, str], int] = {}
+    keys: list[tuple[int, int, int, int]] = []
+    for position, run in enumerate(runs):
+        parent = _study_parent(run)
+        if parent is None:
+            keys.append((position, 0, 0, position))
+            continue
+        tags = run.data.tags
+        arm, seed = tags.get(TAG_ARM, ""), tags.get(TAG_SEED, "")
+        listed = list(arm_order.get(parent, ()))
+        if arm in listed:
+            rank = listed.index(arm)
+        else:
+            rank = len(listed) + first_arm.setdefault((parent, arm), position)
+        order = int(seed) if seed.isdigit() else position
+        keys.append((first_parent.setdefault(parent, position), rank, order, position))
+    return [runs[i] for i in sorted(range(len(runs)), key=keys.__getitem__)]
+
+
+def _arm_order(client: MlflowClient, uri: str, runs: Sequence[Run]) -> dict[str, list[str]]:
+    """Parent run id -> the Study's arms in document order, from the parent's params
+    ``arms.0``, ``arms.1``, ... (what the Study runner logs); a parent that is gone: none."""
+    out: dict[str, list[str]] = {}
+    for parent in dict.fromkeys(p for r in runs if (p := _study_parent(r))):
+        run = get_run(client, uri, parent)
+        params = {} if run is None else run.data.params
+        arms = sorted(
+            (int(k.split(".", 1)[1]), v)
+            for k, v in params.items()
+            if k.startswith("arms.") and k.split(".", 1)[1].isdigit()
         )
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
-    return runs
+        out[parent] = [arm for _, arm in arms]
+    return out
+
+
+def _experiment_names(client: MlflowClient, uri: str, runs: Sequence[Run]) -> dict[str, str]:
+    """Experiment id -> name, for the experiments of ``runs``."""
+    names: dict[str, str] = {}
+    for experiment_id in dict.fromkeys(r.info.experiment_id for r in runs):
+        experiment = guarded(
+            uri,
+            f"reading experiment {experiment_id}",
+            partial(client.get_experiment, experiment_id),
+        )
+        names[experiment_id] = experiment.name
+    return names
 
 
 def _differing_params(runs: Sequence[Run]) -> dict[str, dict[str, str | None]]:
@@ -368,59 +480,6 @@ def plot_curves(comparison: Comparison, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     comparison.figure().savefig(out, format="png", dpi=100)
     return out
-
-
-def _figure(comparison: Comparison) -> Figure:
-    from matplotlib.lines import Line2D
-
-    labels = comparison.labels
-    fig = display.figure(figsize=(13, 7.8), layout="constrained")
-    for ax, curve in zip(fig.subplots(2, 3).flat, CURVES, strict=True):
-        _draw_panel(ax, comparison, curve.title, curve.metrics)
-    handles = [
-        Line2D([], [], color=_color(i), lw=2, label=labels[run.run_id])
-        for i, run in enumerate(comparison.runs)
-    ]
-    if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
-    count = len(comparison.runs)
-    fig.suptitle(f"sarl compare: {count} run{'s' if count != 1 else ''}", fontweight="bold")
-    return fig
-
-
-def _draw_panel(ax: Axes, comparison: Comparison, title: str, metrics: tuple[str, ...]) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    labels = comparison.labels
-    used: list[str] = []
-    missing: list[str] = []
-    for i, run in enumerate(comparison.runs):
-        history = comparison.histories.get(run.run_id, {})
-        metric = next((m for m in metrics if history.get(m)), None)
-        if metric is None:
-            missing.append(labels[run.run_id])
-            continue
-        steps, values = zip(*history[metric], strict=True)
-        # Markers make short runs (a handful of steps, or one) visible; long ones stay clean.
-        ax.plot(steps, values, color=_color(i), lw=1.8, marker="o" if len(steps) <= 30 else "")
-        used.append(metric)
-    ax.set_title(title, fontweight="bold")
-    if not used:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", color="#888888", fontsize=14,
-                transform=ax.transAxes)  # fmt: skip
-        ax.set_xticks([])
-        ax.set_yticks([])
-        return
-    # Name the runs with no line here, so an absent line is not mistaken for a hidden one; under
-    # the axis rather than inside it, where it would cover data.
-    ax.set_xlabel("step" + (f"\n(no data: {', '.join(missing)})" if missing else ""))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-    ax.set_ylabel(" | ".join(dict.fromkeys(used)), fontsize=9)
-    ax.grid(alpha=0.3)
-
-
-def _color(index: int) -> str:
-    return _COLORS[index % len(_COLORS)]
 
 
 def render_tables(comparison: Comparison) -> tuple[Table, ...]:

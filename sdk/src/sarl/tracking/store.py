@@ -16,10 +16,16 @@ MLflow's HTTP client retries on its own — 7 retries and a 120 s timeout by def
 (``mlflow/environment_variables.py``), minutes per call against a dead server.
 :func:`bound_http_retries` lowers that through the environment variables MLflow reads on every
 request (``mlflow/utils/rest_utils.py``), unless the user set them.
+
+MLflow logs at INFO to stderr from the moment it is imported, and opening a new local store
+says "Creating initial MLflow database tables..." and "Updating database tables": noise in a
+terminal, and an error-styled box in a notebook. :func:`make_client` raises those loggers
+(:data:`QUIET_MLFLOW_LOGGERS`) to WARNING unless the user chose a level.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -29,6 +35,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
+from sarl.tracking.describe import ui_url
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
@@ -37,6 +45,8 @@ HTTP_ENV_DEFAULTS: Mapping[str, str] = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",  # MLflow: 7
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",  # MLflow: 2
 }
+#: MLflow loggers whose INFO lines say nothing a user acts on (creating a local store's tables).
+QUIET_MLFLOW_LOGGERS = ("mlflow.store.db.utils",)
 _T = TypeVar("_T")
 
 
@@ -68,10 +78,11 @@ def local_artifact_location(uri: str) -> str | None:
 
 
 def run_url(uri: str, experiment_id: str, run_id: str) -> str | None:
-    """The MLflow UI page of a run when the store is an HTTP server (the URL MLflow prints)."""
+    """The MLflow UI page of a run when the store is an HTTP server (the URL MLflow prints, in
+    the UI's model-training layout: :func:`sarl.tracking.describe.ui_url`)."""
     if urlsplit(uri).scheme not in ("http", "https"):
         return None
-    return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+    return ui_url(uri, experiment_id, run_id)
 
 
 def bound_http_retries() -> None:
@@ -195,10 +206,22 @@ def make_client(uri: str) -> MlflowClient:
         from mlflow import MlflowClient
     except ImportError as e:
         raise TrackingError("tracking needs MLflow: pip install 'sarl[local]'") from e
+    quiet_mlflow_logs()
     try:
         return MlflowClient(tracking_uri=uri)
     except Exception as e:  # MLflow raises a mix of MlflowException and store-specific errors
         raise TrackingError(f"tracking.mlflow_uri: cannot open {uri}: {one_line(e)}") from e
+
+
+def quiet_mlflow_logs() -> None:
+    """Raise :data:`QUIET_MLFLOW_LOGGERS` to WARNING, unless ``MLFLOW_LOGGING_LEVEL`` is set or
+    the logger has a level already (the user's). Idempotent."""
+    if os.environ.get("MLFLOW_LOGGING_LEVEL"):
+        return
+    for name in QUIET_MLFLOW_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
 
 
 def guarded(uri: str, what: str, call: Callable[[], _T]) -> _T:

@@ -5,7 +5,9 @@ training, then :meth:`Tracker.start` (or :meth:`Tracker.resume` with the run id 
 checkpoint), ``log_metrics`` every step, ``log_image`` for reasoning maps, ``finish`` at the end.
 ``sarl compare`` (:mod:`sarl.tracking.compare`) reads the runs back. Where runs go and the
 preflight live in :mod:`sarl.tracking.store`, params in :mod:`sarl.tracking.params`; their public
-names are re-exported here so callers import tracking from one place.
+names are re-exported here so callers import tracking from one place. What the MLflow UI shows
+of them (the experiment kind "model training", descriptions, a Study run's ``arm``/``seed``
+params) is decided in :mod:`sarl.tracking.describe`.
 
 Everything goes through an explicit ``MlflowClient`` — never the fluent ``mlflow.start_run``
 global — so two runs (or a run and a comparison) can live in one process.
@@ -50,6 +52,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from sarl.spec.secrets import redact
+from sarl.tracking import describe
+from sarl.tracking.describe import NOTE_TAG, experiment_tags, missing_experiment_tags
 from sarl.tracking.drainer import Drainer, DrainSettings
 from sarl.tracking.params import (
     MAX_METRICS_PER_BATCH,
@@ -77,6 +81,8 @@ from sarl.tracking.store import (
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
+    from sarl.spec.experiment import Experiment
+
 _LOG = logging.getLogger(__name__)
 
 SPEC_ARTIFACT = "spec/experiment.yaml"
@@ -96,15 +102,23 @@ def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
         yield items[start : start + size]
 
 
-def _ensure_experiment(client: MlflowClient, uri: str, name: str) -> str:
-    """The id of experiment ``name``, created (with a local artifact folder for SQLite) if new."""
+def _ensure_experiment(client: MlflowClient, uri: str, name: str, description: str) -> str:
+    """The id of experiment ``name``, created (with a local artifact folder for SQLite) if new.
+
+    sarl's experiment tags (:func:`~sarl.tracking.describe.experiment_tags`: kind "model
+    training" and ``description``) are set on creation, and added to an existing experiment
+    that lacks them (one made by an older sarl or by hand) without replacing its own."""
     experiment = guarded(
         uri, f"looking up experiment {name!r}", lambda: client.get_experiment_by_name(name)
     )
     if experiment is None:
         try:
             return str(
-                client.create_experiment(name, artifact_location=local_artifact_location(uri))
+                client.create_experiment(
+                    name,
+                    artifact_location=local_artifact_location(uri),
+                    tags=redact(experiment_tags(description)),
+                )
             )
         except Exception as e:
             if error_code(e) != "RESOURCE_ALREADY_EXISTS":
@@ -124,7 +138,21 @@ def _ensure_experiment(client: MlflowClient, uri: str, name: str) -> str:
             f"tracking: experiment {name!r} at {uri} is deleted; restore it "
             "(mlflow experiments restore) or choose another tracking.experiment_name"
         )
+    _add_experiment_tags(client, str(experiment.experiment_id), experiment.tags, description)
     return str(experiment.experiment_id)
+
+
+def _add_experiment_tags(
+    client: MlflowClient, experiment_id: str, existing: Mapping[str, str], description: str
+) -> None:
+    """Best effort: a server that lets this user log runs but not edit the experiment (MLflow's
+    auth has per-experiment permissions) must not stop training for a label."""
+    for key, value in redact(missing_experiment_tags(existing, description)).items():
+        try:
+            client.set_experiment_tag(experiment_id, key, value)
+        except Exception as e:
+            _LOG.warning("tracking: could not tag experiment %s %s: %s", experiment_id, key, e)
+            return
 
 
 def _check_metric_name(key: str) -> None:
@@ -184,21 +212,28 @@ class Tracker:
         spec_artifact: str = SPEC_ARTIFACT,
         spool_root: Path | None = None,
         settings: DrainSettings | None = None,
+        description: str | None = None,
+        experiment_description: str | None = None,
     ) -> Tracker:
         """Create a run (and the experiment if missing), log ``params`` and the spec YAML.
 
         ``params`` are usually ``flatten_params(spec)``; the spec lands at ``spec_artifact``
         (``spec/experiment.yaml``; a Study's parent run stores ``spec/study.yaml``).
+        ``description`` is the run's description in MLflow (tag ``mlflow.note.content``; a
+        description in ``tags`` wins); ``experiment_description`` that of an experiment
+        this creates (default: :func:`~sarl.tracking.describe.experiment_description`).
         If logging the params fails the new run is marked ``FAILED`` before the error is raised;
         the spec goes through the spool like every artifact.
         """
         bound_http_retries()
         client = make_client(uri)
-        experiment_id = _ensure_experiment(client, uri, experiment_name)
+        about = experiment_description or describe.experiment_description(experiment_name)
+        experiment_id = _ensure_experiment(client, uri, experiment_name, about)
+        run_tags = {**({NOTE_TAG: description} if description else {}), **(tags or {})}
         run = guarded(
             uri,
             f"creating run {run_name!r}",
-            lambda: client.create_run(experiment_id, run_name=run_name, tags=redact(tags or {})),
+            lambda: client.create_run(experiment_id, run_name=run_name, tags=redact(run_tags)),
         )
         run_id = run.info.run_id
         try:
@@ -216,6 +251,39 @@ class Tracker:
         )
         tracker.log_text(spec_yaml, spec_artifact)
         return tracker
+
+    @classmethod
+    def start_experiment(
+        cls,
+        uri: str,
+        exp: Experiment,
+        *,
+        backend: str,
+        spool_root: Path | None = None,
+        settings: DrainSettings | None = None,
+    ) -> Tracker:
+        """A new run of the Experiment ``exp``, as sarl's trainers start one (tag
+        ``sarl.backend=<backend>``): named after it, in MLflow experiment
+        ``tracking.experiment_name`` (default: its name), with ``tracking.tags``, the redacted
+        spec flattened as params (plus ``arm`` and ``seed`` for a Study's run) and stored at
+        ``spec/experiment.yaml``, and a description saying what it is."""
+        import yaml
+
+        from sarl.tracking.describe import run_description, study_run_params
+
+        spec = redact(exp.model_dump(mode="json"))
+        tracking = exp.spec.tracking
+        return cls.start(
+            uri,
+            tracking.experiment_name or exp.name,
+            exp.name,
+            tags={**tracking.tags, "sarl.backend": backend},
+            params={**flatten_params(spec["spec"]), **study_run_params(tracking.tags)},
+            spec_yaml=yaml.safe_dump(spec, sort_keys=False),
+            spool_root=spool_root,
+            settings=settings,
+            description=run_description(exp),
+        )
 
     @classmethod
     def resume(

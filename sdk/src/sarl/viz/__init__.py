@@ -1,1 +1,1 @@
-"""Pictures people look at: reasoning maps (and later run comparisons), written as PNG."""
+"""Pictures people look at: reasoning maps, run comparisons and training curves over seeds."""

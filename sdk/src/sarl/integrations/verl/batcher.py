@@ -11,8 +11,9 @@ reward is cheapest when it sees many responses at once (one embedding request fo
 * :class:`GroupCollector` holds the responses of each group id (verl's ``uid``) until the group
   is complete, then scores the whole group through a batcher: what group rewards need.
 * :class:`SharedRewards` (instance :data:`SHARED`) keeps one reward per (name, settings) per
-  process and one batcher per event loop. It lives here, in a normally imported module, because
-  verl may execute ``compute_score.py`` from a file path as a fresh module on every load.
+  process (and one weighted sum per list of terms, built from those) and one batcher per event
+  loop. It lives here, in a normally imported module, because verl may execute
+  ``compute_score.py`` from a file path as a fresh module on every load.
 
 Generic over :class:`sarl.rewards.base.Reward`; no verl import.
 """
@@ -27,8 +28,12 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sarl.integrations.verl.terms import WeightedRewards
 from sarl.rewards.base import Reward, RewardOutput, Sample
 from sarl.rewards.registry import create_reward, parse_settings
+
+#: One reward term: (registered name, weight, settings).
+TermSpec = tuple[str, float, Mapping[str, Any]]
 
 
 @dataclass(slots=True)
@@ -282,6 +287,24 @@ class SharedRewards:
                 self._rewards[raw_key] = found
             return found
 
+    def cached_combined(self, terms: Sequence[TermSpec]) -> Reward | None:
+        """The weighted sum already built for exactly these terms, if any (no validation)."""
+        return self._rewards.get(_terms_key(terms))
+
+    def combined(self, terms: Sequence[TermSpec]) -> Reward:
+        """The process's :class:`~sarl.integrations.verl.terms.WeightedRewards` of ``terms``
+        (``(name, weight, settings)`` each), built on first use from the shared term rewards."""
+        key = _terms_key(terms)
+        found = self._rewards.get(key)
+        if found is not None:
+            return found
+        parts = [(self.reward(name, settings), weight) for name, weight, settings in terms]
+        with self._lock:  # built outside: self.reward takes the (non-reentrant) lock itself
+            found = self._rewards.get(key)
+            if found is None:
+                found = self._rewards[key] = WeightedRewards(parts)
+            return found
+
     def batcher(
         self, reward: Reward, *, max_batch_samples: int, max_wait_s: float
     ) -> RewardBatcher:
@@ -309,6 +332,11 @@ class SharedRewards:
 
 def _cache_key(name: str, settings: Mapping[str, Any]) -> str:
     return json.dumps([name, settings], sort_keys=True, default=repr)
+
+
+def _terms_key(terms: Sequence[TermSpec]) -> str:
+    # A list of terms never collides with a [name, settings] key (the first item is a list).
+    return json.dumps([[list(t) for t in terms]], sort_keys=True, default=repr)
 
 
 #: The process-wide instance used by ``compute_score`` and ``SarlRewardManager``.

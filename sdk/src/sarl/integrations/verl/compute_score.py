@@ -29,6 +29,15 @@ How verl 0.9.1 calls it (paths under ``verl/``):
   token; *every* key (``score`` included) becomes ``reward_extra_info``, which verl stacks with
   ``np.array([info[key] for info in infos])`` using the keys of the first sample, so every call
   returns the same keys: ``score``, the reward's ``component_keys`` and ``reward_failed``.
+* Several reward terms (the ``terms`` option, see :mod:`sarl.integrations.verl.terms`): ``score``
+  is ``sum(weight * term)`` and the components are every term's score as ``reward/<name>`` and
+  its components as ``<name>/<component>``, weight-0 terms included: the names the local runner
+  and the TRL adapter log. Where verl 0.9.1 shows extra info: validation metrics
+  (``val-aux/<data_source>/<key>/mean@<n>``, ``trainer/ppo/metric_utils.py:
+  process_validation_metrics``), the training batch's ``non_tensor_batch`` (legacy trainer,
+  ``trainer/ppo/ray_trainer.py:fit``) or the sample's ``extra_fields`` (v1 trainer,
+  ``trainer/ppo/v1/agent_loop_tq.py``); its training metrics (``metric_utils.py:
+  compute_data_metrics``) summarize only the summed score (``critic/score/*``).
 
 Undefined components (the structure reward's ``path_length`` of a map with < 2 nodes, NaN in
 ``RewardOutput.components``) are returned as ``None``: verl's validation metrics
@@ -57,6 +66,7 @@ from typing import Any, TypeVar
 
 from sarl.integrations.verl.batcher import SHARED
 from sarl.integrations.verl.overrides import ScoreOptions, parse_score_options
+from sarl.integrations.verl.terms import WeightedRewards
 from sarl.rewards.base import Reward, RewardOutput, Sample
 from sarl.rewards.registry import RewardConfigError
 
@@ -92,7 +102,7 @@ async def compute_score(
     reward = await shared_reward(options)
     if reward.needs_group:
         raise RewardConfigError(
-            f"reward {reward.name!r} needs whole groups, but verl's custom reward function sees "
+            f"reward {label(reward)!r} needs whole groups, but verl's custom reward function sees "
             "one response at a time; use SarlRewardManager (verl_reward_overrides(group=True))"
         )
     sample = make_sample(
@@ -137,11 +147,23 @@ def compute_score_sync(
 
 
 async def shared_reward(options: ScoreOptions) -> Reward:
-    """The process's reward for these options; a first build runs off the event loop."""
+    """The process's reward for these options (the weighted sum of ``terms`` when given); a
+    first build runs off the event loop."""
+    if options.terms is not None:
+        terms = [(t.reward, t.weight, t.settings) for t in options.terms]
+        cached = SHARED.cached_combined(terms)
+        if cached is not None:
+            return cached
+        return await asyncio.to_thread(SHARED.combined, terms)
     cached = SHARED.cached(options.reward, options.settings)
     if cached is not None:
         return cached
     return await asyncio.to_thread(SHARED.reward, options.reward, options.settings)
+
+
+def label(reward: Reward) -> str:
+    """How messages name ``reward``: its name, or a weighted sum's terms and weights."""
+    return reward.label if isinstance(reward, WeightedRewards) else reward.name
 
 
 async def bounded(scoring: Awaitable[T], timeout_s: float) -> T:
@@ -207,7 +229,7 @@ def failed_result(score: float, reward: Reward) -> VerlResult:
 
 def on_failure(error: Exception, reward: Reward, options: ScoreOptions, context: str) -> VerlResult:
     """Apply the error policy: raise :class:`RewardScoringError` or return the fallback result."""
-    message = f"sarl reward {reward.name!r} ({context}): {type(error).__name__}: {error}"
+    message = f"sarl reward {label(reward)!r} ({context}): {type(error).__name__}: {error}"
     if options.on_error is None:
         raise RewardScoringError(
             f"{message}; set on_error=<score> in the reward kwargs to score such samples instead"

@@ -20,21 +20,36 @@ verl nor Hydra. Every key is checked against verl 0.9.1's own config by
   ``trainer.checkpoint_callback_class`` is
   :class:`sarl_jobs.checkpoints.StoreCheckpointCallback`, which pushes each saved
   ``global_step_N`` directory to ``storage.checkpoint_uri`` (settings under ``sarl.storage``).
-* Rewards: :func:`sarl.integrations.verl.overrides.verl_reward_overrides` (group rewards go to
-  ``SarlRewardManager``, and so do rewards that mask truncated completions, ``tag_maxflow``:
+* Rewards: :func:`sarl.integrations.verl.overrides.verl_reward_overrides` for one term with
+  weight 1.0, :func:`~sarl.integrations.verl.overrides.verl_terms_overrides` otherwise (several
+  terms, weight-0 terms that are only reported, other weights: verl trains on
+  ``sum(weight * term)`` and gets every term as ``reward/<name>`` and ``<name>/<component>``,
+  :mod:`sarl.integrations.verl.terms`). Group rewards go to ``SarlRewardManager`` (with every
+  other term of the spec), and so do rewards that mask truncated completions, ``tag_maxflow``:
   the manager sees the tokens that tell a truncated response. verl 0.9.1 cannot drop those from
   the loss, unlike TRL's ``mask_truncated_completions``, so such a reward must give them a
-  numeric ``truncated_score``; a spec leaving it None is refused, naming the field.)
-* Tracking: ``trainer.logger=[console,mlflow]``; verl's MLflow logger reads
-  ``MLFLOW_TRACKING_URI``/``MLFLOW_RUN_ID`` from the environment of its TaskRunner actor, so they
-  are passed through Ray's ``runtime_env``.
+  numeric ``truncated_score`` unless its weight is 0; a spec leaving it None is refused, naming
+  the field. Refused too, naming the field: a reward appearing in two terms (its curves would
+  share one name) and ``embedder.kind: policy``.
+* Tracking: with ``metrics_file`` (the job passes one when a tracking URI is set),
+  ``trainer.logger=[console,file]``: verl's file logger appends each step's metrics to that file,
+  which the job's driver follows into sarl's spooling tracker (:mod:`sarl_jobs.verl_tracking`),
+  not verl's MLflow logger, which drops a step's metrics after 3 failed tries. The logger reads
+  its path (``VERL_FILE_LOGGER_PATH``) from the environment of verl's TaskRunner actor, so it is
+  passed through Ray's ``runtime_env``; the checkpoint callback gets it as
+  ``sarl.tracking.metrics_file``. Without one, ``[console]``: nothing is tracked.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from sarl.integrations.verl.overrides import hydra_value, verl_reward_overrides
+from sarl.integrations.verl.overrides import (
+    TermOptions,
+    hydra_value,
+    verl_reward_overrides,
+    verl_terms_overrides,
+)
 from sarl.rewards.registry import get_reward_class, parse_settings
 from sarl.spec.experiment import Experiment
 
@@ -53,20 +68,20 @@ def verl_overrides(
     val_files: str,
     n_gpus_per_node: int,
     nnodes: int,
-    mlflow_run_id: str | None = None,
     model_path: str | None = None,
     checkpoint_uri: str | None = None,
     checkpoint_dir: str | None = None,
     endpoint_url: str | None = None,
-    tracking_uri: str | None = None,
+    metrics_file: str | None = None,
 ) -> list[str]:
     """The Hydra overrides that run ``exp`` with verl 0.9.1's ``main_ppo``.
 
     ``model_path`` replaces ``spec.model.name`` (required for the built-in model, which the job
     builds locally first); ``checkpoint_uri`` and ``endpoint_url`` replace ``storage.*`` (None in
     both: no upload); ``checkpoint_dir`` is verl's local checkpoint directory, resumed from
-    automatically (:mod:`sarl_jobs.resume` fills it from the store); ``tracking_uri`` replaces
-    ``tracking.mlflow_uri``. Raises ValueError naming the field for specs verl cannot run.
+    automatically (:mod:`sarl_jobs.resume` fills it from the store); ``metrics_file`` is where
+    verl's file logger writes the metrics the job's tracker sends (None: console only). Raises
+    ValueError naming the field for specs verl cannot run.
     """
     spec = exp.spec
     algo = spec.algorithm
@@ -105,14 +120,14 @@ def verl_overrides(
     lines = [f"{key}={hydra_value(value)}" for key, value in values.items()]
     lines += _reward(exp)
     lines += _storage(exp, checkpoint_uri, endpoint_url)
-    lines += _tracking_env(tracking_uri or exp.spec.tracking.mlflow_uri, mlflow_run_id)
+    lines += _tracking_env(metrics_file)
     return lines
 
 
 def _actor_rollout_ref(exp: Experiment, model: str) -> dict[str, object]:
     algo, evaluation = exp.spec.algorithm, exp.spec.evaluation
     micro = algo.micro_batch_size_per_gpu
-    group = get_reward_class(exp.spec.reward[0].name).needs_group
+    group = any(get_reward_class(t.name).needs_group for t in exp.spec.reward)
     return {
         f"{_AR}.model.path": model,
         f"{_AR}.model.enable_gradient_checkpointing": True,
@@ -152,7 +167,6 @@ def _trainer(exp: Experiment, *, n_gpus_per_node: int, nnodes: int) -> dict[str,
         "trainer.critic_warmup": 0,
         "trainer.n_gpus_per_node": n_gpus_per_node,
         "trainer.nnodes": nnodes,
-        "trainer.logger": ["console", "mlflow"],
         "trainer.project_name": exp.spec.tracking.experiment_name or exp.name,
         "trainer.experiment_name": exp.name,
         "trainer.checkpoint_callback_class": CHECKPOINT_CALLBACK,
@@ -168,43 +182,55 @@ def _trainer(exp: Experiment, *, n_gpus_per_node: int, nnodes: int) -> dict[str,
 
 def _reward(exp: Experiment) -> list[str]:
     terms = exp.spec.reward
-    if len(terms) != 1 or terms[0].weight != 1.0:
-        raise ValueError(
-            "spec.reward: the verl trainer takes exactly one reward term with weight 1.0, "
-            f"got {[(t.name, t.weight) for t in terms]}"
-        )
-    term = terms[0]
-    embedder = term.settings.get("embedder")
+    classes = [get_reward_class(t.name) for t in terms]
+    seen: dict[str, int] = {}
+    for i, (term, reward_cls) in enumerate(zip(terms, classes, strict=True)):
+        if reward_cls.name in seen:
+            # Each term is reported under its reward's name (reward/<name>, <name>/<component>).
+            raise ValueError(
+                f"spec.reward[{i}].name={term.name!r}: reward {reward_cls.name!r} is already "
+                f"spec.reward[{seen[reward_cls.name]}]; on the verl trainer each reward may appear "
+                "once (its curves are named after it): merge the two terms into one"
+            )
+        seen[reward_cls.name] = i
+        _check_embedder(i, term.settings)
+        if reward_cls.masks_truncated and term.weight != 0.0:
+            # weight 0: the term is only reported, so a NaN for a masked completion is harmless.
+            _check_truncated_score(i, term.name, term.settings)
+    group = any(c.needs_group for c in classes)
+    # the manager sees the response tokens, so it can tell truncated responses
+    manager = group or any(c.masks_truncated for c in classes)
+    group_size = exp.spec.algorithm.rollouts_per_prompt if group else None
+    if len(terms) == 1 and terms[0].weight == 1.0:
+        term = terms[0]
+        return verl_reward_overrides(term.name, term.settings, group=manager, group_size=group_size)
+    # Several terms, weight-0 terms (reported, not trained on) or another weight: one weighted
+    # sum, each term reported as reward/<name> and <name>/<component> (see verl.terms).
+    weighted = [TermOptions(reward=t.name, weight=t.weight, settings=t.settings) for t in terms]
+    return verl_terms_overrides(weighted, group=manager, group_size=group_size)
+
+
+def _check_embedder(index: int, settings: dict[str, object]) -> None:
+    embedder = settings.get("embedder")
     if isinstance(embedder, dict) and embedder.get("kind") == "policy":
         # verl scores rollouts in its reward loop, which gets text and token ids but not the
         # actor (FSDP workers in other Ray processes); its rollouts come from vLLM/SGLang, which
         # do not return hidden states. Implementation A would need a custom actor worker.
         raise ValueError(
-            "spec.reward[0].settings.embedder.kind='policy': the verl trainer cannot give the "
-            "reward the policy's hidden states (SARL v1 A.1 Implementation A); use 'openai' "
+            f"spec.reward[{index}].settings.embedder.kind='policy': the verl trainer cannot give "
+            "the reward the policy's hidden states (SARL v1 A.1 Implementation A); use 'openai' "
             "(Implementation B, the paper's choice with served rollouts), 'local' or "
             "'hf_causal', or the TRL backend (spec.resources.backend: trl)"
         )
-    reward_cls = get_reward_class(term.name)
-    if reward_cls.masks_truncated:
-        _check_truncated_score(term.name, term.settings)
-    group = reward_cls.needs_group
-    return verl_reward_overrides(
-        term.name,
-        term.settings,
-        # the manager sees the response tokens, so it can tell truncated responses
-        group=group or reward_cls.masks_truncated,
-        group_size=exp.spec.algorithm.rollouts_per_prompt if group else None,
-    )
 
 
-def _check_truncated_score(name: str, settings: dict[str, object]) -> None:
+def _check_truncated_score(index: int, name: str, settings: dict[str, object]) -> None:
     """A reward that masks truncated completions needs a number for them on verl (see below)."""
     if getattr(parse_settings(name, settings), "truncated_score", 0.0) is None:
         # tagged-reasoning A.7 masks them from the gradient; verl 0.9.1 has no switch for that
         # and takes only finite rewards, so the masking cannot be reproduced: say so up front.
         raise ValueError(
-            f"spec.reward[0].settings.truncated_score: reward {name!r} masks truncated "
+            f"spec.reward[{index}].settings.truncated_score: reward {name!r} masks truncated "
             "completions (NaN), which verl cannot do (no loss mask for them, finite rewards "
             "only); set a number (e.g. 0.0) to score them on verl, or use the TRL backend "
             "(spec.resources.backend: trl), which masks them from the loss"
@@ -221,7 +247,13 @@ def _storage(exp: Experiment, checkpoint_uri: str | None, endpoint_url: str | No
     return [f"++{SARL_STORAGE_KEY}.{k}={hydra_value(v)}" for k, v in values.items()]
 
 
-def _tracking_env(tracking_uri: str | None, mlflow_run_id: str | None) -> list[str]:
-    env = {"MLFLOW_TRACKING_URI": tracking_uri, "MLFLOW_RUN_ID": mlflow_run_id or None}
-    prefix = "++ray_kwargs.ray_init.runtime_env.env_vars"
-    return [f"{prefix}.{k}={hydra_value(v)}" for k, v in env.items() if v is not None]
+def _tracking_env(metrics_file: str | None) -> list[str]:
+    """verl's loggers: the console, and the file the job's tracker follows (see the docstring)."""
+    if metrics_file is None:
+        return [f"trainer.logger={hydra_value(['console'])}"]
+    path = hydra_value(metrics_file)
+    return [
+        f"trainer.logger={hydra_value(['console', 'file'])}",
+        f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={path}",
+        f"++sarl.tracking.metrics_file={path}",  # read by sarl_jobs.checkpoints
+    ]

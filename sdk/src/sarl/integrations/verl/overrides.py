@@ -26,6 +26,10 @@ Where verl 0.9.1 reads reward config (paths under ``verl/`` of the installed pac
 * ``reward.num_workers``: reward loop actors; each sample is sent to a random one
   (``experimental/agent_loop/agent_loop.py:_compute_score``), so group rewards need exactly one.
 
+One reward term with weight 1.0 is written as ``reward`` (+ ``settings``); anything else (several
+terms, weight-0 terms that are only logged, a weight other than 1.0) as ``terms``, a list of
+:class:`TermOptions` scored as one weighted sum (:mod:`sarl.integrations.verl.terms`).
+
 ``pkg://`` paths are used rather than file paths because ``load_module`` executes a file path as
 a fresh, unregistered module on every load; the adapter keeps its process-wide state in
 ``batcher.py`` so that both forms work.
@@ -37,7 +41,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sarl.rewards.registry import RewardConfigError, get_reward_class, parse_settings
 
@@ -51,6 +55,22 @@ _CUSTOM_KWARGS_KEY = "reward.custom_reward_function.reward_kwargs"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+class TermOptions(BaseModel):
+    """One term of the weighted sum (``terms``): a registered reward, its weight and settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reward: str = Field(description="Registered reward name or module:Class.")
+    weight: float = Field(
+        default=1.0,
+        allow_inf_nan=False,  # a non-finite weight would put NaN into verl's token-level rewards
+        description="Weight in the summed score; 0 scores and reports the term, trains on none.",
+    )
+    settings: dict[str, Any] = Field(
+        default_factory=dict, description="The reward's typed settings (validated by the reward)."
+    )
+
+
 class ScoreOptions(BaseModel):
     """Options of the per-sample path: ``reward.custom_reward_function.reward_kwargs``."""
 
@@ -59,6 +79,14 @@ class ScoreOptions(BaseModel):
     reward: str = Field(default="structure", description="Registered reward name or module:Class.")
     settings: dict[str, Any] = Field(
         default_factory=dict, description="The reward's typed settings (validated by the reward)."
+    )
+    terms: list[TermOptions] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "Instead of reward and settings: score = sum of weight * term over these rewards, each "
+            "term's score and components returned too (reward/<name>, <name>/<component>)."
+        ),
     )
     timeout_s: float = Field(
         default=60.0,
@@ -82,6 +110,24 @@ class ScoreOptions(BaseModel):
     max_wait_ms: float = Field(
         default=10.0, ge=0, description="Flush a micro-batch this long after its first sample."
     )
+
+    @model_validator(mode="after")
+    def _reward_or_terms(self) -> ScoreOptions:
+        if self.terms is not None and {"reward", "settings"} & self.model_fields_set:
+            raise ValueError("give either reward (and settings) or terms, not both")
+        return self
+
+    def term_list(self) -> list[TermOptions]:
+        """The terms scored: ``terms``, or ``reward`` with weight 1.0."""
+        if self.terms is not None:
+            return list(self.terms)
+        return [TermOptions(reward=self.reward, settings=self.settings)]
+
+    def label(self) -> str:
+        """How errors name what is scored: the reward, or the weighted sum of the terms."""
+        if self.terms is None:
+            return self.reward
+        return " + ".join(f"{t.weight:g}*{t.reward}" for t in self.terms)
 
 
 class ManagerOptions(ScoreOptions):
@@ -134,6 +180,8 @@ def _parse(model_cls: type[OptionsT], raw: Mapping[str, Any], where: str) -> Opt
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
+        if not loc:  # a check across fields (_reward_or_terms)
+            raise RewardConfigError(f"{where}: {first['msg']}") from e
         raise RewardConfigError(f"{where}.{loc}={first.get('input')!r}: {first['msg']}") from e
 
 
@@ -155,6 +203,45 @@ def verl_reward_overrides(
     are validated here (raising :class:`RewardConfigError`) and only non-default ones are emitted.
     Options left as None keep their defaults (:class:`ScoreOptions`, :class:`ManagerOptions`).
     """
+    options = {"reward": reward_name, **_checked_settings(reward_name, settings, group=group)}
+    return _reward_lines(
+        options, group=group, timeout_s=timeout_s, on_error=on_error, group_size=group_size
+    )
+
+
+def verl_terms_overrides(
+    terms: Sequence[TermOptions],
+    *,
+    group: bool,
+    timeout_s: float | None = None,
+    on_error: float | None = None,
+    group_size: int | None = None,
+) -> list[str]:
+    """Like :func:`verl_reward_overrides`, for a weighted sum of reward terms (the ``terms``
+    option): verl trains on ``sum(weight * term)`` and gets every term's score and components as
+    extra info. ``group`` must be True when any term needs groups or masks truncated completions.
+    """
+    entries = [
+        {
+            "reward": term.reward,
+            "weight": term.weight,
+            **_checked_settings(term.reward, term.settings, group=group),
+        }
+        for term in terms
+    ]
+    return _reward_lines(
+        {"terms": entries},
+        group=group,
+        timeout_s=timeout_s,
+        on_error=on_error,
+        group_size=group_size,
+    )
+
+
+def _checked_settings(
+    reward_name: str, settings: Mapping[str, Any] | BaseModel | None, *, group: bool
+) -> dict[str, Any]:
+    """``{"settings": <non-default settings>}`` (or ``{}``) once the reward can run on this path."""
     reward_cls = get_reward_class(reward_name)
     if reward_cls.needs_group and not group:
         raise RewardConfigError(
@@ -167,13 +254,22 @@ def verl_reward_overrides(
             "manager, which sees the response tokens): verl's custom reward function gets only "
             "the text and cannot tell a truncated response"
         )
+    non_default = parse_settings(reward_name, settings).model_dump(
+        mode="json", exclude_defaults=True
+    )
+    return {"settings": non_default} if non_default else {}
+
+
+def _reward_lines(
+    options: dict[str, Any],
+    *,
+    group: bool,
+    timeout_s: float | None,
+    on_error: float | None,
+    group_size: int | None,
+) -> list[str]:
     if group_size is not None and not group:
         raise RewardConfigError("group_size: only used with group=True")
-    checked = parse_settings(reward_name, settings)
-    options: dict[str, Any] = {"reward": reward_name}
-    non_default = checked.model_dump(mode="json", exclude_defaults=True)
-    if non_default:
-        options["settings"] = non_default
     extra = {"timeout_s": timeout_s, "on_error": on_error, "group_size": group_size}
     options.update({k: v for k, v in extra.items() if v is not None})
     if not group:
@@ -217,6 +313,9 @@ def hydra_value(value: Any) -> str:
     if isinstance(value, str):
         return hydra_quote(value)
     if isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str) or not _IDENTIFIER.match(key):
+                raise ValueError(f"key {key!r} cannot be written in a Hydra override value")
         items = ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items())
         return "{" + items + "}"
     if isinstance(value, Sequence):

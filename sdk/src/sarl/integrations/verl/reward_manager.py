@@ -56,9 +56,13 @@ token is not an end token (the tokenizer's EOS or pad id, the ids TRL uses), so 
 ends with EOS exactly at the limit is not. verl has no switch that drops truncated responses from
 the loss, so they are still trained on with the reward's ``truncated_score``.
 
+Several reward terms (the ``terms`` option): scored as one weighted sum
+(:mod:`sarl.integrations.verl.terms`), kept in whole groups when any term needs them.
+
 Errors follow the ``on_error`` policy of ``compute_score`` (raise by default); an incomplete group
 is an error for each of its members. Extra info keys: ``score``, the reward's components
-(undefined ones ``None``) and ``reward_failed``.
+(undefined ones ``None``; with ``terms``, ``reward/<name>`` and ``<name>/<component>`` of every
+term) and ``reward_failed``.
 """
 
 from __future__ import annotations
@@ -117,14 +121,16 @@ class SarlRewardManager(RewardManagerBase):  # type: ignore[misc,unused-ignore]
         raw = OmegaConf.select(config, MANAGER_OPTIONS_KEY, default=None)
         self.options = parse_manager_options(None if raw is None else to_plain(raw))
         # Fail at start-up rather than on the first response.
-        needs_group = get_reward_class(self.options.reward).needs_group
-        parse_settings(self.options.reward, self.options.settings)
+        terms = self.options.term_list()
+        for term in terms:
+            parse_settings(term.reward, term.settings)
+        needs_group = any(get_reward_class(t.reward).needs_group for t in terms)
         self.group_size = check_group_config(config, self.options) if needs_group else None
         if OmegaConf.select(config, "reward.custom_reward_function.path", default=None):
             logger.warning(
                 "reward.custom_reward_function.path is set, but SarlRewardManager scores with "
                 "sarl reward %r and does not call it",
-                self.options.reward,
+                self.options.label(),
             )
         self._collector: GroupCollector | None = None
 
@@ -134,7 +140,7 @@ class SarlRewardManager(RewardManagerBase):  # type: ignore[misc,unused-ignore]
         uid = item.non_tensor_batch.get("uid")
         if self.group_size is not None and uid is None:
             raise RewardConfigError(
-                f"reward {self.options.reward!r} needs groups, but the data has no 'uid' "
+                f"reward {self.options.label()!r} needs groups, but the data has no 'uid' "
                 "in non_tensor_batch"
             )
         sample = await asyncio.to_thread(self.decode_sample, item)

@@ -1,0 +1,144 @@
+"""``--set KEY=VALUE``: change fields of a raw spec document before it is validated.
+
+Called by ``sarl run``, ``sarl validate`` and ``sarl submit`` (:mod:`sarl.cli.run`,
+:mod:`sarl.cli.cluster`), so that trying ``max_steps: 5`` does not need a copy of the YAML.
+
+* KEY is a dotted path from the document root, with list items by index in either spelling:
+  ``spec.algorithm.max_steps``, ``spec.reward[1].weight`` or ``spec.reward.1.weight``.
+* VALUE is parsed as YAML (within :mod:`sarl.spec.documents`' limits), so ``5`` is a number,
+  ``true`` a boolean, ``null`` is null (``max_steps=null``: no cap, whatever the preset says),
+  and ``[a, b]`` or ``{k: v}`` replace a whole list or mapping.
+* The path is checked against the models before anything changes: a key no model has is refused
+  naming the closest valid key (``--set spec.algorithm.max_step=5: spec.algorithm has no field
+  'max_step'; did you mean 'max_steps'?``). Inside free mappings (a reward's ``settings``, an
+  arm's ``override``, labels) any key goes; validation checks them afterwards, as in a file.
+* Missing mappings on the way are created (``spec.algorithm`` need not be in the file: the
+  preset's fields stay under it); a list item must exist (or be the next one, appended), since
+  the rest of a list the file does not hold would come from a preset it replaces.
+
+Errors are :class:`~sarl.spec.loader.SpecError` with one line naming ``--set`` and the key; the
+value is never echoed (it may be a credential: validation refuses those by field, see
+:mod:`sarl.spec.secrets`).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from sarl.spec.documents import DocumentError, parse_yaml
+from sarl.spec.experiment import Experiment
+from sarl.spec.loader import SpecError, load_document
+from sarl.spec.study import Study, is_study_document
+from sarl.spec.suggest import child_type, did_you_mean, fields_at, path
+
+#: One path segment: a name, optionally followed by ``[index]`` items.
+_SEGMENT = re.compile(r"^([^.\[\]]+)((?:\[\d+\])*)$")
+_EXAMPLE = "e.g. --set spec.algorithm.max_steps=5"
+
+
+def load_with_sets(
+    source: str | Path | dict[str, Any], sets: Sequence[str] | None
+) -> tuple[dict[str, Any], str]:
+    """The raw document of ``source`` (:func:`~sarl.spec.loader.load_document`) with the
+    ``sets`` applied, and its label for messages."""
+    data, label = load_document(source)
+    return (apply_sets(data, sets) if sets else data), label
+
+
+def apply_sets(data: dict[str, Any], assignments: Sequence[str]) -> dict[str, Any]:
+    """A copy of the raw document ``data`` with every ``KEY=VALUE`` of ``assignments`` applied
+    in order (see the module docstring); ``data`` itself is left as it is."""
+    model: type[BaseModel] = Study if is_study_document(data) else Experiment
+    out = copy.deepcopy(data)
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SpecError(f"--set: expected KEY=VALUE ({_EXAMPLE}), got one without '='")
+        loc = parse_key(key)
+        check_path(model, loc, key)
+        _assign(out, loc, _value(raw, key), key)
+    return out
+
+
+def parse_key(key: str) -> tuple[str | int, ...]:
+    """``spec.reward[1].weight`` (or ``spec.reward.1.weight``) -> ``("spec", "reward", 1,
+    "weight")``."""
+    loc: list[str | int] = []
+    for segment in key.split("."):
+        match = _SEGMENT.match(segment.strip())
+        if match is None:
+            raise SpecError(f"--set {key}: {segment!r} is not a field name or [index] ({_EXAMPLE})")
+        name, items = match.groups()
+        loc.append(int(name) if name.isdigit() else name)
+        loc.extend(int(i) for i in re.findall(r"\d+", items))
+    return tuple(loc)
+
+
+def check_path(model: type[BaseModel], loc: Sequence[str | int], key: str) -> None:
+    """SpecError naming the first part of ``loc`` that no field of the models has, with the
+    closest valid key; parts inside free mappings are not checked (validation does that)."""
+    node: Any = model
+    for i, part in enumerate(loc):
+        fields = fields_at(model, loc[:i])
+        if fields is not None and (not isinstance(part, str) or part not in fields):
+            where = path(loc[:i]) or "the document"
+            hint = did_you_mean(part, fields) or f"known fields: {', '.join(fields)}"
+            raise SpecError(f"--set {key}: {where} has no field {part!r}; {hint}")
+        node = child_type(node, part)
+        if node is None:
+            kind = "a list" if isinstance(part, int) else "a mapping"
+            raise SpecError(f"--set {key}: {path(loc[:i]) or 'the document'} is not {kind}")
+        if node is Any:
+            return  # a free mapping or value: its keys are checked by validation
+
+
+def _value(raw: str, key: str) -> Any:
+    try:
+        return parse_yaml(raw, f"--set {key}")
+    except DocumentError as e:
+        raise SpecError(
+            f"{e}; VALUE is YAML: quote text holding ': ', '{{' or '[' (\"...\")"
+        ) from e
+
+
+def _assign(data: dict[str, Any], loc: Sequence[str | int], value: Any, key: str) -> None:
+    node: Any = data
+    for i, part in enumerate(loc):
+        where = path(loc[:i]) or "the document"
+        if isinstance(part, int):
+            if not isinstance(node, list):
+                raise SpecError(f"--set {key}: {where} is not a list in the file")
+            if part > len(node):
+                items = f"{len(node)} item" + ("" if len(node) == 1 else "s")
+                raise SpecError(
+                    f"--set {key}: {where} has {items}, so there is no item [{part}] (the next "
+                    f"one is [{len(node)}])"
+                )
+            if part == len(node):  # the next item: appended
+                node.append(None)
+        elif not isinstance(node, dict):
+            raise SpecError(f"--set {key}: {where} is not a mapping in the file")
+        if i == len(loc) - 1:
+            node[part] = value
+            return
+        child = node[part] if isinstance(part, int) else node.get(part)
+        if child is None and isinstance(loc[i + 1], int):
+            # The items would come from the preset or the defaults, which the list replaces.
+            raise SpecError(
+                f"--set {key}: {path(loc[: i + 1])} is not in the file (its items come from the "
+                f"preset or the defaults); set the whole list, e.g. "
+                f"--set '{path(loc[: i + 1])}=[{{...}}]'"
+            )
+        if child is None:
+            child = node[part] = {}
+        node = child
+
+
+__all__ = ["apply_sets", "check_path", "load_with_sets", "parse_key"]
