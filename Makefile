@@ -55,7 +55,8 @@ test-main: setup-main
 	$(PY) -m pytest
 
 test-verl: setup-verl
-	$(PY_VERL) -m pytest tests/sarl/integrations/test_verl.py tests/sarl/integrations/test_verl_config.py tests/jobs
+	$(PY_VERL) -m pytest tests/sarl/integrations/test_verl.py tests/sarl/integrations/test_verl_config.py \
+	  tests/sarl/integrations/test_verl_terms_loop.py tests/jobs
 
 bench: setup-main ## Benchmarks: structure reward and embedding client vs naive references
 	$(PY) tests/bench/run_all.py --out out/bench
