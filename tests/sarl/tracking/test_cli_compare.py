@@ -89,3 +89,11 @@ def test_default_uri_is_the_local_store(tmp_path: Path, monkeypatch: pytest.Monk
     result = CliRunner().invoke(_app(), ["compare", "a" * 32])
     assert result.exit_code == 2
     assert f"no MLflow store at {tmp_path.resolve()}/.sarl/mlflow.db" in result.stderr
+
+
+def test_workdir_names_the_local_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--workdir DIR`` reads DIR/mlflow.db, as ``sarl run --workdir DIR`` writes it."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(_app(), ["compare", "a" * 32, "--workdir", "elsewhere"])
+    assert result.exit_code == 2
+    assert f"no MLflow store at {tmp_path.resolve()}/elsewhere/mlflow.db" in result.stderr

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from sarl.cli.options import fail
+from sarl.cli.options import DEFAULT_WORKDIR, WorkdirOpt, fail
 
 RunsArg = Annotated[
     list[str] | None,
@@ -40,7 +40,7 @@ TrackingUriOpt = Annotated[
     str | None,
     typer.Option(
         "--tracking-uri",
-        help="MLflow tracking URI. Default: the local store ./.sarl/mlflow.db.",
+        help="MLflow tracking URI. Default: the local store under --workdir (DIR/mlflow.db).",
         metavar="URI",
         show_default=False,
     ),
@@ -54,6 +54,7 @@ def compare_command(
     runs: RunsArg = None,
     experiment: ExperimentOpt = None,
     tracking_uri: TrackingUriOpt = None,
+    workdir: WorkdirOpt = DEFAULT_WORKDIR,
     out: OutOpt = Path("out/compare.png"),
     latest: Annotated[
         bool,
@@ -72,7 +73,7 @@ def compare_command(
     from sarl.tracking.compare import compare_runs, plot_curves
     from sarl.tracking.tracker import TrackingError, default_tracking_uri
 
-    uri = tracking_uri or default_tracking_uri()
+    uri = tracking_uri or default_tracking_uri(workdir)
     try:
         comparison = compare_runs(
             uri, run_ids=runs or (), experiments=experiment or (), latest=latest
