@@ -16,7 +16,7 @@ import typer
 from sarl.cli.options import DEFAULT_WORKDIR, SetOpt, TrackingUriOpt, WorkdirOpt, fail
 
 if TYPE_CHECKING:
-    from sarl.runner.local import RunResult
+    from sarl.runner.result import RunResult
     from sarl.spec.experiment import Experiment
 
 FileArg = Annotated[
@@ -121,39 +121,17 @@ def run_command(
             f"--set spec.algorithm.max_steps={result.steps * 2})"
         )
         return
-    _print_summary(exp.name, result)
+    _print_summary(result)
 
 
-def _print_summary(name: str, result: RunResult) -> None:
+def _print_summary(result: RunResult) -> None:
+    """The result as notebooks show it (:meth:`RunResult._section`, :mod:`sarl.display`): the
+    heading with the steps, where the MLflow run and the checkpoints are, any records still
+    spooled, and the headline final metrics."""
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(
-        title=f"{name}: {result.steps} steps"
-        + (f" (resumed from step {result.resumed_from})" if result.resumed_from else "")
-    )
-    table.add_column("metric")
-    table.add_column("final", justify="right")
-    wanted = (
-        "reward/mean",
-        "reward/structure",
-        "reward/ground_truth",
-        "accuracy",
-        "structure/clustering",
-        "structure/path_length",
-        "response_length",
-        "kl",
-        "entropy",
-    )
-    for key in [*wanted, *sorted(k for k in result.final_metrics if k.startswith("eval/"))]:
-        if key in result.final_metrics:
-            table.add_row(key, f"{result.final_metrics[key]:.4f}")
-    console = Console()
-    console.print(table)
-    console.print(f"MLflow run {result.run_id} at {result.run_url or result.tracking_uri}")
-    console.print(f"checkpoints: {result.checkpoint_uri}")
-    if result.spooled:  # MLflow was away at the end; nothing is lost, it waits on disk
-        typer.echo(result.spooled_line())
+    # soft_wrap: paths, URLs and the `sarl tracking flush` command stay whole lines, copyable.
+    Console().print(result, soft_wrap=True)
 
 
 def validate_command(experiment: DocumentArg, sets: SetOpt = None) -> None:

@@ -6,30 +6,18 @@ started and cached, or a local HF model) -> rewards -> MLflow run (new, or the c
 ``--resume``) -> TRL training with callbacks for metrics, reasoning maps, evaluation and
 checkpoints -> final evaluation and a summary. What ``--resume`` continues, and how kills are
 cleaned up after, is described in :mod:`sarl.runner.session`; what a run returns is a
-:class:`~sarl.runner.result.RunResult` (re-exported here).
+:class:`~sarl.runner.result.RunResult` and its options a
+:class:`~sarl.runner.options.LocalOptions` (both re-exported here).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sarl.runner import preflight
+from sarl.runner.options import LocalOptions
 from sarl.runner.result import RunResult
 from sarl.spec.experiment import Experiment
-
-
-@dataclass
-class LocalOptions:
-    """Local-run knobs that are not part of the Experiment (where, not what)."""
-
-    workdir: Path = Path(".sarl")
-    tracking_uri: str | None = None
-    resume: bool = False
-    progress: bool = True
-    #: How the caller names ``tracking_uri`` in errors about it (the CLI: ``--tracking-uri``).
-    tracking_uri_flag: str = "tracking_uri"
 
 
 def resolve_uris(exp: Experiment, opts: LocalOptions) -> tuple[str, str]:
@@ -63,9 +51,9 @@ def run_local(exp: Experiment, opts: LocalOptions | None = None) -> RunResult:
     opts = opts or LocalOptions()
     tracking_uri, ckpt_uri = run_preflight(exp, opts)
     rewards = _build_rewards(exp)  # before data/model work: bad settings fail fast
-    from sarl.runner import session
+    from sarl.runner.session import LocalSession  # torch, transformers, TRL: only to train
 
-    with session.LocalSession(exp, opts, tracking_uri, ckpt_uri, rewards) as run:
+    with LocalSession(exp, opts, tracking_uri, ckpt_uri, rewards) as run:
         return run.train()
 
 

@@ -32,7 +32,8 @@ from typing import Any
 
 from sarl.progress import status_line, transformers_bars_off
 from sarl.runner.interrupt import signals_interrupt
-from sarl.runner.local import LocalOptions, RunResult
+from sarl.runner.options import LocalOptions
+from sarl.runner.result import RunResult
 from sarl.runner.resume import RunLookup, planned_steps
 from sarl.runner.rundir import RunDir, RunMarker
 from sarl.runner.tied_weights import quiet_tied_missing_keys

@@ -4,7 +4,8 @@ Called by :mod:`sarl.study.report` (``report_for``) for ``sarl study report`` an
 Study runner at the end of a Study. A Study is one MLflow *parent run* (tags ``sarl.role=study``,
 ``sarl.study=<name>``) with one nested run per arm x seed (tags ``mlflow.parentRunId``, ``arm``,
 ``seed``; see :mod:`sarl.spec.study`). :func:`find_parent_run` turns a Study name or run id into
-the parent run's id, :func:`load_study_runs` reads the nested runs' metric histories, and
+the parent run's id, :func:`load_study_runs` reads the nested runs' metric histories (with
+:func:`sarl.tracking.history.metric_histories`, as ``sarl compare`` does), and
 :func:`summarize_run` (pure) turns one history into the numbers the report compares.
 
 Which runs count: only ``FINISHED`` ones (a failed or still running run would bias its arm); when
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sarl.evaluation.benchmark import MEAN_BENCHMARK
 from sarl.progress import mlflow_bars_off
 from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY, is_study_document
+from sarl.tracking.history import Points, metric_histories
 from sarl.tracking.lookup import (
     RUN_ID,
     get_run,
@@ -96,8 +98,6 @@ EXTRA_METRICS: tuple[str, ...] = (REWARD_MEAN, FRAC_REWARD_ZERO_STD)
 # reaches a filter string.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _AVG_AT = re.compile(r"^" + re.escape(EVAL_PREFIX) + r"(.+)/avg_at_(\d+)$")
-
-Points = list[tuple[int, float]]
 
 
 def eval_metric(name: str, k: int, benchmark: str = HELDOUT) -> str:
@@ -256,19 +256,7 @@ def _wanted(key: str) -> bool:
 
 
 def _histories(client: MlflowClient, uri: str, run: Run) -> dict[str, Points]:
-    out: dict[str, Points] = {}
-    for key in sorted(k for k in run.data.metrics if _wanted(k)):
-        history = guarded(
-            uri,
-            f"reading {key} of run {run.info.run_id}",
-            partial(client.get_metric_history, run.info.run_id, key),
-        )
-        latest: dict[int, tuple[int, float]] = {}  # step -> (timestamp, value)
-        for m in history:
-            if math.isfinite(m.value) and m.timestamp >= latest.get(m.step, (-1, 0.0))[0]:
-                latest[m.step] = (m.timestamp, m.value)
-        out[key] = [(step, latest[step][1]) for step in sorted(latest)]
-    return out
+    return metric_histories(client, uri, run, sorted(k for k in run.data.metrics if _wanted(k)))
 
 
 def _study_document(client: MlflowClient, uri: str, run_id: str) -> dict[str, Any] | None:

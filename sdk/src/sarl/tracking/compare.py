@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sarl import display
 from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY
+from sarl.tracking.history import Points, metric_histories
 from sarl.tracking.lookup import (
     RUN_ID,
     find_runs,
@@ -453,22 +454,10 @@ def _differing_params(runs: Sequence[Run]) -> dict[str, dict[str, str | None]]:
     return out
 
 
-def _histories(client: MlflowClient, uri: str, run: Run) -> dict[str, list[tuple[int, float]]]:
-    out: dict[str, list[tuple[int, float]]] = {}
-    for key in curve_metrics():
-        if key not in run.data.metrics:
-            continue
-        history = guarded(
-            uri,
-            f"reading {key} of run {run.info.run_id}",
-            partial(client.get_metric_history, run.info.run_id, key),
-        )
-        latest: dict[int, tuple[int, float]] = {}  # step -> (timestamp, value)
-        for m in history:
-            if not math.isnan(m.value) and m.timestamp >= latest.get(m.step, (-1, 0.0))[0]:
-                latest[m.step] = (m.timestamp, m.value)
-        out[key] = [(step, latest[step][1]) for step in sorted(latest)]
-    return out
+def _histories(client: MlflowClient, uri: str, run: Run) -> dict[str, Points]:
+    keys = [k for k in curve_metrics() if k in run.data.metrics]
+    # Only NaN is dropped here (an infinite value stays on the curve), as this reader always did.
+    return metric_histories(client, uri, run, keys, keep=lambda v: not math.isnan(v))
 
 
 # -- pictures and tables ---------------------------------------------------------------------------
