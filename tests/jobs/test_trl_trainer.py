@@ -89,8 +89,8 @@ def test_ppo_is_refused_with_a_pointer_to_verl(tmp_path: Path) -> None:
         check_supported(exp)
     path = tmp_path / "ppo.yaml"
     path.write_text(yaml.safe_dump(exp.model_dump(mode="json")))
-    with pytest.raises(ValueError, match="verl_trainer"):
-        main(path)  # refused before anything is launched
+    with pytest.raises(ValueError, match=r"spec\.resources\.backend: verl"):
+        main(path)  # refused before anything is launched, naming the fix
 
 
 def test_on_gpus_only_fsdp_checkpoints_activations(tmp_path: Path) -> None:
