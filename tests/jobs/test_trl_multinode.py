@@ -170,7 +170,10 @@ def test_two_cpu_nodes_train_log_each_step_once_and_upload_checkpoints(
     with context as run:
         result = run.wait(timeout_s=JOB_TIMEOUT_S)
         assert result.condition == "Succeeded", run.describe()
-    assert result.exit_codes == {"trl-two-nodes-master-0": 0, "trl-two-nodes-worker-0": 0}
+    worker = "trl-two-nodes-worker-0"
+    assert result.exit_codes["trl-two-nodes-master-0"] == 0
+    # A worker still tearing down when the master succeeded is deleted (cleanPodPolicy Running).
+    assert result.exit_codes[worker] == 0 or worker in result.deleted_running, result
     assert result.restarts == {"trl-two-nodes-master-0": 0, "trl-two-nodes-worker-0": 0}
     for key in ("reward", "loss", "grad_norm"):  # rank 0 logs, once per optimizer step
         assert [step for step, _ in history(mlflow_url, run_id, key)] == [1, 2, 3, 4], key
@@ -205,7 +208,10 @@ def test_killed_master_restarts_and_resumes_from_the_last_upload(
     assert 0 < uploaded < 4, "the master must die mid-run, after an upload"
     # OnFailure: the same pods, started again; the worker's collective failed with its peer.
     assert result.restarts == {master: 1, worker: 1}
-    assert result.exit_codes == {master: 0, worker: 0}
+    # The job succeeds when the master exits 0; a worker still tearing down then is deleted by
+    # cleanPodPolicy Running (training-operator v1.9.4), its exit code the kill's (137).
+    assert result.exit_codes[master] == 0
+    assert result.exit_codes[worker] == 0 or worker in result.deleted_running, result
     steps = history(mlflow_url, run_id, "reward")
     after = [step for step, at in steps if at > killed_ms]
     assert min(after) - 1 == uploaded  # the restarted master went on from the stored step

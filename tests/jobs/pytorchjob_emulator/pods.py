@@ -61,6 +61,9 @@ class JobResult:
     condition: str
     exit_codes: dict[str, int]
     restarts: dict[str, int]
+    #: Pods still running when the job ended that ``cleanPodPolicy`` deleted (their exit code is
+    #: the kill's, 137): a worker tearing down after the master succeeded, for one.
+    deleted_running: frozenset[str] = frozenset()
 
 
 def _exit_code(returncode: int) -> int:
@@ -196,6 +199,7 @@ class JobRun:
         self.base_env = dict(base_env)
         self.restart_delay_s = restart_delay_s
         self.condition: str | None = None
+        self.deleted_running: set[str] = set()
         run_policy = job["spec"]["runPolicy"]
         self.backoff_limit: int | None = run_policy.get("backoffLimit")
         self.clean_pod_policy: str = run_policy["cleanPodPolicy"]
@@ -302,6 +306,8 @@ class JobRun:
             phase = "Running" if active else "Succeeded" if pod.exit_codes[-1:] == [0] else "Failed"
             pod.restart_at = None
             if deleted_when_finished(self.clean_pod_policy, phase):
+                if phase == "Running":
+                    self.deleted_running.add(name)
                 self._delete(name)
 
     @property
@@ -345,7 +351,9 @@ class JobRun:
         pod's log tail) after ``timeout_s``."""
         self._run_until(lambda: False, timeout_s, poll_s)
         codes = {name: pod.exit_codes[-1] for name, pod in self.pods.items() if pod.exit_codes}
-        return JobResult(self.condition or "Unknown", codes, self.restarts)
+        return JobResult(
+            self.condition or "Unknown", codes, self.restarts, frozenset(self.deleted_running)
+        )
 
     def stop_all(self) -> None:
         """SIGKILL every container (also on exit of :func:`running_pytorchjob`)."""
