@@ -386,10 +386,17 @@ class Tracker:
 
         Reads the run's metric history once (one request per metric).
         """
+        # The spool first: its sender may deliver (and ack) a record meanwhile, which the MLflow
+        # read below then sees; read the other way round, such a record would be in neither.
+        last: dict[str, int] = {}
+        for record in self.spool.pending():
+            if record.kind == "metrics":
+                step = int(record.body["step"])
+                for key, _, _ in record.body["metrics"]:
+                    last[key] = max(last.get(key, step), step)
         run = guarded(
             self.uri, f"reading run {self._run_id}", partial(self._client.get_run, self._run_id)
         )
-        last: dict[str, int] = {}
         for key in run.data.metrics:
             history = guarded(
                 self.uri,
@@ -397,12 +404,7 @@ class Tracker:
                 partial(self._client.get_metric_history, self._run_id, key),
             )
             if history:
-                last[key] = max(m.step for m in history)
-        for record in self.spool.pending():
-            if record.kind == "metrics":
-                step = int(record.body["step"])
-                for key, _, _ in record.body["metrics"]:
-                    last[key] = max(last.get(key, step), step)
+                last[key] = max(last.get(key, 0), *(m.step for m in history))
         self._logged = last
         return dict(last)
 
