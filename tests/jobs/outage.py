@@ -1,8 +1,8 @@
 """Helpers of the verl tracking tests: a real MLflow server that can be SIGKILLed and started again
 on the same port and database, a count of the tracker's failed sends, and spool contents.
 
-(``tests/sarl/runner/test_tracking_outage.py`` has the same server, but that module needs TRL,
-which the verl environment lacks.)
+Also used by ``tests/sarl/runner/test_tracking_outage.py`` and the TRL job's outage test; it lives
+here, in a module that needs neither TRL nor verl, so both environments can import it.
 """
 
 from __future__ import annotations

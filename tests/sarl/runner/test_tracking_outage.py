@@ -13,7 +13,6 @@ failed try), and the outage lasts until the child has failed more times than the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -34,11 +33,7 @@ import yaml
 pytest.importorskip("trl")
 mlflow = pytest.importorskip("mlflow")
 
-from sarl.testing.mlflow_server import (  # noqa: E402
-    free_port,
-    live_group_members,
-    running_mlflow_server,
-)
+from tests.jobs.outage import OUTAGE_ENV, Server  # noqa: E402 - one restartable server
 
 pytestmark = pytest.mark.slow
 
@@ -68,43 +63,7 @@ sys.argv = ["sarl", *sys.argv[1:]]
 main()
 """
 # Small retry budgets: every failed send is one warning line ("not answering").
-OUTAGE_ENV = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
-    "SARL_TRACKING_RETRY_MAX_S": "1",
-    "SARL_TRACKING_REPORT_EVERY_S": "0",
-    "SARL_TRACKING_FINISH_WAIT_S": "300",
-}
 OLD_ATTEMPTS = 3  # the tracker before issue 27 stopped training after this many failed sends
-
-
-class Server:
-    """A real ``mlflow server`` that can be SIGKILLed and started again on the same port and DB."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._stack: contextlib.ExitStack | None = None
-        self._pid = 0
-
-    def start(self) -> None:
-        self._stack = contextlib.ExitStack()
-        server = self._stack.enter_context(running_mlflow_server(self.root, port=self.port))
-        self._pid = server.pid
-
-    def kill(self) -> None:
-        """SIGKILL the whole server (no graceful shutdown), and wait until it is gone."""
-        os.killpg(self._pid, signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while live_group_members(self._pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert self._stack is not None
-        self._stack.close()
-
-    def stop(self) -> None:
-        if self._stack is not None:
-            self._stack.close()
 
 
 @pytest.fixture
