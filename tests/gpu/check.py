@@ -13,12 +13,13 @@ error line, so one failed part hides none of the others:
 3. ``train``: the TRL trainer job (``python -m sarl_jobs.trl_trainer``, the cluster jobs' entry
    point: ``accelerate launch`` with FSDP2 on GPUs, torchrun + DDP over gloo on CPUs) on the
    built-in policy at a GPU size (``GPU_POLICY``), bf16 on CUDA: GRPO with the structure reward
-   (its step embeddings on the same device) and with the ground-truth reward, into a local MLflow
-   store (SQLite) and a local checkpoint store; the ground-truth run stops at ``resume_at``, and
-   a second launch resumes from its last checkpoint into the same MLflow run. Steps per second are
-   read from the MLflow metric timestamps (the first step, which compiles and warms caches, is
-   left out); GPU memory peak from ``nvidia-smi`` sampled every 0.2 s. On CUDA the same
-   structure spec then runs a few steps on the CPU (``gpus_per_node: 0``): the ratio.
+   (its step embeddings on the same device) into a local MLflow store (SQLite) and a local
+   checkpoint store. Steps per second are read from the MLflow metric timestamps (the first step,
+   which compiles and warms caches, is left out); GPU memory peak from ``nvidia-smi`` sampled
+   every 0.2 s. ``train_resume``: the same with the ground-truth reward, stopped at ``resume_at``,
+   then a second launch resumes from its last checkpoint into the same MLflow run.
+   ``train_cpu`` (last, on CUDA only): the ``train`` spec for a few steps on the CPU
+   (``gpus_per_node: 0``): the ratio.
 4. ``embedding_service``: ``sarl serve embedding`` (the KServe model server) on the device,
    texts/s for short step texts at 1, 16 and 64 concurrent clients, against the same model
    in-process.
@@ -64,6 +65,7 @@ PARTS = (
     "environment",
     "gpu_tests",
     "train",
+    "train_resume",
     "embedding_service",
     "policy_embeddings",
     "structure_at_scale",
@@ -387,7 +389,10 @@ def experiment(
 
 
 class MemorySampler:
-    """Peak ``memory.used`` of GPU 0 as ``nvidia-smi`` reports it, sampled every 0.2 s."""
+    """Peak GPU memory of the processes other than this one (the trainer it launched), as
+    ``nvidia-smi --query-compute-apps`` reports it, sampled every 0.2 s. This process is left out:
+    an earlier part (``structure_at_scale``) may have left its embedder and CUDA context on the
+    GPU (run 3 of docs/gpu-check.md counted 2.5 GiB of it with ``memory.used``)."""
 
     def __init__(self) -> None:
         self.peak_mib = 0.0
@@ -398,9 +403,7 @@ class MemorySampler:
     def _run(self) -> None:
         while not self._stop.wait(0.2):
             with contextlib.suppress(Exception):
-                used = nvidia_smi("memory.used")
-                if used:
-                    self.peak_mib = max(self.peak_mib, float(used[0].split(",")[0]))
+                self.peak_mib = max(self.peak_mib, others_gpu_mib(os.getpid()))
 
     def __enter__(self) -> MemorySampler:
         if self.available:
@@ -411,6 +414,29 @@ class MemorySampler:
         self._stop.set()
         if self.available:
             self._thread.join(timeout=5)
+
+
+def others_gpu_mib(own_pid: int) -> float:
+    """MiB of GPU memory held by every compute process but ``own_pid``."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0.0
+    done = subprocess.run(
+        [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    return sum_other_processes(done.stdout, own_pid)
+
+
+def sum_other_processes(csv_rows: str, own_pid: int) -> float:
+    """Sum of ``used_memory`` over ``pid, used_memory`` rows whose pid is not ``own_pid``."""
+    total = 0.0
+    for row in csv_rows.splitlines():
+        pid, _, used = row.partition(",")
+        with contextlib.suppress(ValueError):
+            if int(pid) != own_pid:
+                total += float(used)
+    return total
 
 
 def step_times(uri: str, run_id: str) -> dict[int, float]:
@@ -489,13 +515,9 @@ def reward_curve(uri: str, run_id: str) -> dict[str, float]:
     return {"reward_first_quarter": sum(first) / k, "reward_last_quarter": sum(last) / k}
 
 
-def part_train(ctx: Context) -> dict[str, Any]:
+def train_figures(ctx: Context) -> dict[str, Any]:
     s, device = ctx.size, ctx.device
-    uri = "sqlite:///" + str((ctx.work / "mlflow.db").resolve())
-    store = ctx.work / "checkpoints"
-    structure = structure_on(device)
-    ground_truth = [{"name": "ground_truth"}]
-    figures: dict[str, Any] = {
+    return {
         "policy": s.policy or "the built-in default (hidden 64, 2 layers)",
         "policy_parameters": None,
         "precision": "bf16 (accelerate mixed precision, FSDP2)" if device == "cuda" else "fp32",
@@ -504,51 +526,68 @@ def part_train(ctx: Context) -> dict[str, Any]:
         else "torchrun, DDP over gloo, 1 process",
         "completions_per_step": s.train_prompts * s.rollouts,
         "max_response_tokens": s.response_tokens,
-        "tracking_uri": uri,
-        "runs": {},
+        "tracking_uri": tracking_uri(ctx),
     }
+
+
+def tracking_uri(ctx: Context) -> str:
+    return "sqlite:///" + str((ctx.work / "mlflow.db").resolve())
+
+
+def part_train(ctx: Context) -> dict[str, Any]:
+    """GRPO with the structure reward, its step embeddings on the same device."""
+    s, uri = ctx.size, tracking_uri(ctx)
+    figures = train_figures(ctx)
     try:
-        # Structure reward, embeddings on the same device.
         run_id = create_run(uri, "structure")
-        got = train_run(ctx, "structure", structure, s.structure_steps, device=device,
-                        run_id=run_id, scratch=ctx.work / "scratch-structure", store=store / "s",
-                        uri=uri)  # fmt: skip
+        got = train_run(ctx, "structure", structure_on(ctx.device), s.structure_steps,
+                        device=ctx.device, run_id=run_id, scratch=ctx.work / "scratch-structure",
+                        store=ctx.work / "checkpoints" / "s", uri=uri)  # fmt: skip
         times = step_times(uri, run_id)
-        got["steps"] = max(times, default=0)
-        got["steps_per_s"] = steps_per_s(times, 1, s.structure_steps)
-        got |= reward_curve(uri, run_id)
-        figures["runs"]["structure"] = got
-        ctx.shared["structure_steps_per_s"] = got["steps_per_s"]
+        figures |= got | {"steps": max(times, default=0)}
+        figures["steps_per_s"] = steps_per_s(times, 1, s.structure_steps)
+        figures |= reward_curve(uri, run_id)
+        ctx.shared["structure_steps_per_s"] = figures["steps_per_s"]
         figures["policy_parameters"] = policy_parameters(ctx)
-        # Ground truth, stopped at resume_at, then resumed from the last checkpoint.
+    except Exception as e:
+        raise PartFailed(str(e).splitlines()[0] if str(e) else repr(e), figures) from e
+    return figures
+
+
+def part_train_resume(ctx: Context) -> dict[str, Any]:
+    """Ground truth, stopped at ``resume_at``, then resumed from the last checkpoint."""
+    s, uri = ctx.size, tracking_uri(ctx)
+    figures = train_figures(ctx)
+    store = ctx.work / "checkpoints" / "gt"
+    try:
         run_id = create_run(uri, "ground-truth")
         scratch = ctx.work / "scratch-gt"
-        first = train_run(ctx, "ground-truth", ground_truth, s.resume_at, device=device,
-                          run_id=run_id, scratch=scratch, store=store / "gt", uri=uri)  # fmt: skip
+        first = train_run(ctx, "ground-truth", [{"name": "ground_truth"}], s.resume_at,
+                          device=ctx.device, run_id=run_id, scratch=scratch, store=store,
+                          uri=uri)  # fmt: skip
         before = step_times(uri, run_id)
-        second = train_run(ctx, "ground-truth", ground_truth, s.gt_steps, device=device,
-                           run_id=run_id, scratch=scratch, store=store / "gt", uri=uri)  # fmt: skip
+        figures["first_launch"] = first | {"steps": max(before, default=0)}
+        second = train_run(ctx, "ground-truth", [{"name": "ground_truth"}], s.gt_steps,
+                           device=ctx.device, run_id=run_id, scratch=scratch, store=store,
+                           uri=uri)  # fmt: skip
         times = step_times(uri, run_id)
         resumed = sorted(k for k in times if k > s.resume_at)
-        stored = sorted(p.name for p in (store / "gt").glob("*") if p.is_dir())
-        figures["runs"]["ground_truth"] = {
-            "first_launch": first | {"steps": max(before, default=0)},
+        figures |= {
             "second_launch": second | {"first_step": resumed[0] if resumed else None,
                                        "last_step": resumed[-1] if resumed else None},
             "steps_per_s": steps_per_s(times, 1, s.resume_at),
-            "checkpoints_in_store": stored,
+            "checkpoints_in_store": sorted(p.name for p in store.glob("*") if p.is_dir()),
+            "policy_parameters": policy_parameters(ctx),
             **reward_curve(uri, run_id),
         }  # fmt: skip
-        if resumed[:1] != [s.resume_at + 1] or max(times) != s.gt_steps:
-            raise PartFailed(
-                f"resume: expected steps {s.resume_at + 1}..{s.gt_steps} after the restart, "
-                f"got {resumed[:1]}..{resumed[-1:]}",
-                figures,
-            )
-    except PartFailed:
-        raise
     except Exception as e:
         raise PartFailed(str(e).splitlines()[0] if str(e) else repr(e), figures) from e
+    if resumed[:1] != [s.resume_at + 1] or max(times) != s.gt_steps:
+        raise PartFailed(
+            f"resume: expected steps {s.resume_at + 1}..{s.gt_steps} after the restart, "
+            f"got {resumed[:1]}..{resumed[-1:]}",
+            figures,
+        )
     return figures
 
 
@@ -562,16 +601,32 @@ def part_train_cpu(ctx: Context) -> dict[str, Any]:
     gpu_rate = ctx.shared.get("structure_steps_per_s")
     if not gpu_rate:
         raise RuntimeError("no steps/s of the train part's structure run to compare with")
-    uri = "sqlite:///" + str((ctx.work / "mlflow.db").resolve())
+    uri = tracking_uri(ctx)
     run_id = create_run(uri, "structure-cpu")
-    got = train_run(ctx, "structure-cpu", structure_on("cpu"), s.cpu_steps, device="cpu",
-                    run_id=run_id, scratch=ctx.work / "scratch-cpu",
-                    store=ctx.work / "checkpoints" / "cpu", uri=uri)  # fmt: skip
-    got["steps_per_s"] = steps_per_s(step_times(uri, run_id), 1, s.cpu_steps)
-    got["cpu_threads"] = os.cpu_count()
+    got: dict[str, Any] = {"cpu_threads": os.cpu_count(), "gpu_steps_per_s": gpu_rate}
+    start = time.perf_counter()
+    try:
+        got |= train_run(ctx, "structure-cpu", structure_on("cpu"), s.cpu_steps, device="cpu",
+                         run_id=run_id, scratch=ctx.work / "scratch-cpu",
+                         store=ctx.work / "checkpoints" / "cpu", uri=uri)  # fmt: skip
+    except Exception as e:
+        # Out of time or failed: what MLflow holds still bounds the CPU's rate.
+        times = step_times(uri, run_id)
+        got |= {"steps": max(times, default=0), "wall_s": round(time.perf_counter() - start, 1)}
+        if times:
+            got["seconds_launch_to_step_1"] = round(times[min(times)] - start_epoch(start), 1)
+        raise PartFailed(str(e).splitlines()[0] if str(e) else repr(e), got) from e
+    times = step_times(uri, run_id)
+    got["steps"] = max(times, default=0)
+    got["steps_per_s"] = steps_per_s(times, 1, s.cpu_steps)
     if got["steps_per_s"]:
         got["gpu_over_cpu_steps_per_s"] = round(gpu_rate / got["steps_per_s"], 1)
     return got
+
+
+def start_epoch(perf_start: float) -> float:
+    """The wall-clock (epoch) time of a ``time.perf_counter()`` reading taken earlier."""
+    return time.time() - (time.perf_counter() - perf_start)
 
 
 def structure_on(device: str) -> list[dict[str, Any]]:
@@ -785,6 +840,7 @@ RUNNERS: dict[str, Callable[[Context], dict[str, Any]]] = {
     "embedding_service": part_embedding_service,
     "policy_embeddings": part_policy_embeddings,
     "structure_at_scale": part_structure_at_scale,
+    "train_resume": part_train_resume,
     "train_cpu": part_train_cpu,
 }
 #: Seconds a part needs at least to be started (a part is skipped with less left).

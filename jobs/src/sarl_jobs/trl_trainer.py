@@ -208,12 +208,7 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     trainer.add_callback(_tracking_callback(tracker))
     with tracker:  # FINISHED, or FAILED/KILLED after an error (a short wait for the drain)
         _train(trainer, resume_from)
-    print(
-        f"tracking: {tracker.left} records of run {tracker.run_id} still spooled in "
-        f"{tracker.spool_dir} (those up to the last checkpoint are also in it); "
-        f"send them with: sarl tracking flush {tracker.spool_dir}",
-        flush=True,
-    )
+    print(tracker.closing_line(), flush=True)
 
 
 def _known_fields(args: Any, overrides: dict[str, Any]) -> dict[str, Any]:

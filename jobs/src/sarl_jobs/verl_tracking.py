@@ -414,13 +414,7 @@ class DriverTracking:
             self.tailer.stop()
         finally:
             self.tracker.__exit__(exc_type, exc, tb)
-            tracker = self.tracker
-            print(
-                f"tracking: {tracker.left} records of run {tracker.run_id} still spooled in "
-                f"{tracker.spool_dir} (those of the steps before the last checkpoint's are also "
-                f"in it); send them with: sarl tracking flush {tracker.spool_dir}",
-                flush=True,
-            )
+            print(self.tracker.closing_line(), flush=True)
 
 
 def open_tracking(

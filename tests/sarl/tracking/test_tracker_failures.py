@@ -84,6 +84,8 @@ def test_outage_longer_than_every_retry_budget_never_stops_training(
     tracker.finish("FINISHED", wait_s=0.5)
     assert tracker.left == 6  # five steps and the run's status
     spool = tracker.spool_dir
+    assert tracker.closing_line().startswith(f"tracking: 6 records of run {tracker.run_id} ")
+    assert tracker.closing_line().endswith(f"send them with: sarl tracking flush {spool}")
     flaky_proxy.set_down(False)
     assert MlflowClient(mlflow_server.url).get_run(tracker.run_id).info.status == "RUNNING"
 
@@ -118,6 +120,7 @@ def test_resend_after_a_lost_ack_adds_no_points(
     assert resumed.waiting > 0  # the already-sent records are pending again
     resumed.finish()
     assert resumed.left == 0
+    assert resumed.closing_line().startswith(f"tracking: every record of run {tracker.run_id} ")
     client = MlflowClient(mlflow_server.url)
     assert [m.step for m in client.get_metric_history(tracker.run_id, "kl")] == [0, 1, 2]
     assert len(client.get_metric_history(tracker.run_id, "loss")) == 3

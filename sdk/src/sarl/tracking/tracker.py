@@ -471,6 +471,21 @@ class Tracker:
                 self.spool.root,
             )
 
+    def closing_line(self) -> str:
+        """The line a training job prints when its tracker is finished: every record delivered,
+        or how many are still spooled and the command that sends them (the jobs' logs are where
+        an operator looks after an MLflow outage)."""
+        if not self.left:
+            return (
+                f"tracking: every record of run {self._run_id} reached MLflow; the spool "
+                f"{self.spool.root} keeps those up to the last checkpoint for a resume"
+            )
+        return (
+            f"tracking: {self.left} records of run {self._run_id} still spooled in "
+            f"{self.spool.root} (those up to the last checkpoint are also in it); "
+            f"send them with: sarl tracking flush {self.spool.root}"
+        )
+
     def abandon(self) -> None:
         """Stop sending and let go of the spool without closing the run, as a process that dies
         does: what is unsent stays spooled for the next :meth:`resume` or
