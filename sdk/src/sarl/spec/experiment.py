@@ -314,7 +314,22 @@ def _check_object_name(v: str) -> str:
     return v
 
 
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _check_queue_name(v: str) -> str:
+    # Kueue reads the queue from a label (kueue.x-k8s.io/queue-name): a label value, and the
+    # name of a LocalQueue object, so a DNS-1123 label.
+    if len(v) > 63 or not _DNS1123_LABEL.match(v):
+        raise ValueError(
+            f"{v!r} is not a Kueue LocalQueue name: use at most 63 lowercase letters, digits and "
+            "'-', starting and ending with a letter or digit (kubectl get localqueues lists them)"
+        )
+    return v
+
+
 _Quantity = Annotated[str, AfterValidator(_check_quantity)]
+_QueueName = Annotated[str, AfterValidator(_check_queue_name)]
 _ExtendedResource = Annotated[str, AfterValidator(_check_extended_resource)]
 _ObjectName = Annotated[str, AfterValidator(_check_object_name)]
 
@@ -433,6 +448,26 @@ class ResourcesSpec(_Strict):
         default=None,
         description="Trainer image for this Experiment; default: the platform's image for "
         "the backend (verl and TRL need separate images).",
+    )
+    job_kind: Literal["auto", "TrainJob", "PyTorchJob"] = Field(
+        default="auto",
+        description="Kubeflow job the trainer runs as: 'TrainJob' (Kubeflow Trainer v2, against "
+        "the platform chart's ClusterTrainingRuntime), 'PyTorchJob' (Training Operator v1), or "
+        "'auto': TrainJob when the cluster serves trainer.kubeflow.org/v1alpha1 TrainJobs, "
+        "PyTorchJob otherwise. status.jobKind says which was chosen.",
+    )
+    queue: _QueueName | None = Field(
+        default=None,
+        description="Kueue LocalQueue of the training and evaluation jobs (the "
+        "kueue.x-k8s.io/queue-name label; the jobs are created suspended and start when Kueue "
+        "admits them). Default: the platform chart's kueue.defaultQueue, if set; none: the jobs "
+        "are not Kueue-managed.",
+    )
+    priority_class: _ObjectName | None = Field(
+        default=None,
+        description="PriorityClass of every trainer and evaluation pod (priorityClassName), and "
+        "of the gang's PodGroup where a gang scheduler is configured; Kueue orders its queue by "
+        "it too.",
     )
 
 
