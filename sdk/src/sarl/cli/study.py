@@ -19,7 +19,7 @@ import typer
 from sarl.cli.options import DEFAULT_WORKDIR, WorkdirOpt, fail
 
 if TYPE_CHECKING:
-    from sarl.study.report import StudyReport
+    from sarl.study.aggregate import StudyReport
 
 app = typer.Typer(help="Studies: arms x seeds of one Experiment, compared.")
 
@@ -102,7 +102,7 @@ def print_report(report: StudyReport, written: Iterable[Path]) -> None:
     from rich.console import Console
 
     from sarl import display
-    from sarl.study.report import how_read
+    from sarl.study.render import how_read
     from sarl.study.result import _report_tables  # the notebook's tables: both read alike
 
     console = Console()

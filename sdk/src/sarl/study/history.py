@@ -90,6 +90,9 @@ TRAINING_METRICS: Mapping[str, str] = {
 }
 #: Held-out metrics, by summary name: value at the first and the last evaluation step.
 EVAL_METRICS: tuple[str, ...] = ("eval_accuracy", "eval_pass", "eval_answer_rate")
+#: Every metric a run summary has a start and an end of (the report compares each per arm, as
+#: ``<name>_start``, ``<name>_end`` and ``<name>_change``).
+COMPARED: tuple[str, ...] = (*EVAL_METRICS, *TRAINING_METRICS)
 #: Training metrics read from MLflow beyond :data:`TRAINING_METRICS` (plots, tables); every
 #: ``eval/...`` metric is read too.
 EXTRA_METRICS: tuple[str, ...] = (REWARD_MEAN, FRAC_REWARD_ZERO_STD)
@@ -118,8 +121,7 @@ RUN_KEYS: tuple[str, ...] = (
     "steps",
     "eval_step_start",
     "eval_step_end",
-    *(f"{name}_{end}" for name in EVAL_METRICS for end in ("start", "end")),
-    *(f"{name}_{end}" for name in TRAINING_METRICS for end in ("start", "end")),
+    *(f"{name}_{end}" for name in COMPARED for end in ("start", "end")),
 )
 
 
@@ -372,6 +374,7 @@ def summarize_run(history: RunHistory, k: int, *, benchmark: str = HELDOUT) -> d
 
 
 __all__ = [
+    "COMPARED",
     "EVAL_METRICS",
     "HELDOUT",
     "RUN_KEYS",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from sarl.study.report import StudyReport
+    from sarl.study.aggregate import StudyReport
 
 _STATS = ("mean", "low", "high", "n")
 
@@ -137,7 +137,7 @@ class StudyResult(display.Rendered):
 
 
 def _report_tables(report: StudyReport) -> list[display.Table]:
-    from sarl.study.report import arm_cells, arm_columns, paired_rows
+    from sarl.study.render import arm_cells, arm_columns, paired_rows
 
     columns = arm_columns(report)
     arms = display.Table(
@@ -160,7 +160,7 @@ def _report_tables(report: StudyReport) -> list[display.Table]:
 
 
 def _how_read(report: StudyReport) -> str:
-    from sarl.study.report import how_read
+    from sarl.study.render import how_read
 
     return how_read(report).replace("`", "")
 

@@ -42,7 +42,7 @@ from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY, 
 from sarl.study.result import RunOutcome, StudyResult
 
 if TYPE_CHECKING:
-    from sarl.study.report import StudyReport
+    from sarl.study.aggregate import StudyReport
 
 TAG_HASH = "sarl.study_hash"
 

@@ -1,7 +1,7 @@
 """Intervals over seeds: the mean of a metric across a Study arm's seeds, and paired differences.
 
-Used by :mod:`sarl.study.report` (aggregates per arm, arm vs reference) and :mod:`sarl.study.plot`
-(bands around the mean curves). Pure numpy/scipy.
+Used by :mod:`sarl.study.aggregate` (aggregates per arm, arm vs reference) and
+:mod:`sarl.study.plot` (bands around the mean curves). Pure numpy/scipy.
 
 Both intervals are Student-t intervals over seeds, the textbook choice for a handful of
 independent runs (seeds are few, the spread is unknown)::

@@ -5,7 +5,7 @@ The local runner logs under these names and :mod:`sarl.tracking.compare` reads t
 import them from here instead of spelling strings twice. :func:`metric_info` is the one table of
 what a metric's values are — an axis label in words with its unit, and the :class:`Range` its
 values lie in — used by both figures (:mod:`sarl.study.plot`, :mod:`sarl.tracking.compare`) and
-by the Study report's numbers (:mod:`sarl.study.report` clips its intervals to it). Importing
+by the Study report's numbers (:mod:`sarl.study.aggregate` clips its intervals to it). Importing
 this module is free (no MLflow).
 
 MLflow only accepts metric names made of letters, digits, ``_ - . / :`` and spaces (checked by

@@ -1,0 +1,183 @@
+"""The Study report as text: ``report.md`` and the cells of the report's tables.
+
+Called by :meth:`sarl.study.aggregate.StudyReport.to_markdown` (:func:`markdown`, written as
+``report.md`` by :func:`sarl.study.report.write_report`) and by the tables a notebook and
+``sarl study report`` show (:func:`arm_columns`, :func:`arm_cells`, :func:`paired_rows` and
+:func:`how_read`, through :mod:`sarl.study.result` and :mod:`sarl.cli.study`), so that the file,
+the notebook and the terminal read alike. Pure: a :class:`~sarl.study.aggregate.StudyReport` in,
+strings out.
+
+Numbers: an interval reads ``0.180 [0.150, 0.210]``, with ``clipped to [0, 1]`` where it was
+clipped to the metric's range, ``(1 seed)`` where one seed gives no interval, ``—`` where there
+is no value; response lengths (token counts) have one decimal, KL four, the rest three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from sarl.study.flags import (
+    FLAG_LENGTH_COLLAPSE,
+    FLAG_SR_UP_ACCURACY_DOWN,
+    FLAG_TEXT,
+    LENGTH_COLLAPSE_RATIO,
+)
+from sarl.study.history import COMPARED
+from sarl.study.stats import Interval
+
+if TYPE_CHECKING:
+    from sarl.study.aggregate import StudyReport
+
+# Number formats per metric in report.md (lengths are token counts; the rest are rates or small).
+_FORMATS: Mapping[str, str] = {"length": ".1f", "kl": ".4f"}
+_LABELS: Mapping[str, str] = {
+    "eval_accuracy": "held-out avg@{k}",
+    "eval_pass": "held-out pass@{k}",
+    "eval_answer_rate": "held-out answer rate",
+    "sr": "SR",
+    "clustering": "C",
+    "path_length": "L",
+    "length": "response length",  # tokens
+    "kl": "KL",
+    "entropy": "entropy",
+    "accuracy": "training accuracy",
+    "answer_rate": "training answer rate",
+    "degenerate": "degenerate maps",
+}
+
+
+def _num(value: float | None, metric: str, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    return format(value, ("+" if signed else "") + _FORMATS.get(metric, ".3f"))
+
+
+def _iv(interval: Interval, metric: str, signed: bool = False) -> str:
+    """``0.180 [0.150, 0.210]``; clipped: ``0.011 [0.000, 0.147] clipped to [0, 1]``; one seed:
+    ``0.180 (1 seed)``; no value: ``—``."""
+    if interval.mean is None:
+        return "—"
+    mean = _num(interval.mean, metric, signed)
+    if interval.low is None or interval.high is None:
+        return f"{mean} (1 seed)"
+    low, high = _num(interval.low, metric, signed), _num(interval.high, metric, signed)
+    clipped = "" if interval.clipped_to is None else f" clipped to {interval.clipped_to}"
+    return f"{mean} [{low}, {high}]{clipped}"
+
+
+def _start_end(agg: Mapping[str, Interval], metric: str) -> str:
+    start = _num(agg[f"{metric}_start"].mean, metric)
+    return f"{start} → {_iv(agg[f'{metric}_end'], metric)}"
+
+
+def arm_columns(report: StudyReport, *, code: bool = False) -> list[str]:
+    """Headers of the report's main table (``code``: the reference arm in Markdown backticks)."""
+    k = report.k
+    ref = f"`{report.reference}`" if code else report.reference
+    return [
+        "arm",
+        "seeds",
+        f"avg@{k} start → end",
+        f"Δ avg@{k}",
+        f"Δ avg@{k} vs {ref} (end)",
+        "SR start → end",
+        "Δ SR",
+        "length start → end",
+        "flags",
+    ]
+
+
+def arm_cells(report: StudyReport, arm: str) -> list[str]:
+    """One arm's row of the main table: means with their intervals, the flags raised."""
+    agg, paired = report.aggregate[arm], report.vs_reference[arm]
+    vs_ref = "reference" if arm == report.reference else _iv(paired["eval_accuracy_end"], "", True)
+    return [
+        arm,
+        ", ".join(map(str, sorted(report.runs[arm]))) or "none",
+        _start_end(agg, "eval_accuracy"),
+        _iv(agg["eval_accuracy_change"], "eval_accuracy", signed=True),
+        vs_ref,
+        _start_end(agg, "sr"),
+        _iv(agg["sr_change"], "sr", signed=True),
+        _start_end(agg, "length"),
+        "; ".join(FLAG_TEXT[f] for f in report.flags[arm]) or "—",
+    ]
+
+
+def paired_rows(report: StudyReport) -> list[list[str]]:
+    """``[arm, metric, Δ end, Δ change]`` of every non-reference arm and compared metric."""
+    rows: list[list[str]] = []
+    for arm in report.arms:
+        if arm == report.reference:
+            continue
+        paired = report.vs_reference[arm]
+        for m in COMPARED:
+            end, change = paired[f"{m}_end"], paired[f"{m}_change"]
+            if end.mean is None and change.mean is None:
+                continue
+            label = _LABELS[m].format(k=report.k)
+            rows.append([arm, label, _iv(end, m, True), _iv(change, m, True)])
+    return rows
+
+
+def how_read(report: StudyReport) -> str:
+    """What the numbers of the report are (one paragraph)."""
+    k, pct = report.k, f"{report.confidence:.0%}"
+    return (
+        f"Held-out avg@{k} and pass@{k} on `{report.benchmark}`: first evaluation (step 0, "
+        "before any RL update) → last; training metrics: mean of the first → last quarter of "
+        f"the steps. Means over seeds with {pct} Student-t intervals (none from one seed), "
+        "clipped to the values possible (shares and SR in [0, 1]; length, KL and entropy "
+        "≥ 0; changes and differences within what two such values allow), the range named where "
+        "an interval was clipped; differences vs the reference are paired by seed."
+    )
+
+
+def markdown(report: StudyReport) -> str:
+    """``report.md``: one row per arm, the paired differences, the flags, the notes."""
+    k, ref = report.k, report.reference
+    lines = [
+        f"# Study `{report.study}`",
+        "",
+        f"Reference arm: `{ref}`. {how_read(report)}",
+        "",
+        "| " + " | ".join(arm_columns(report, code=True)) + " |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in report.arms:
+        cells = arm_cells(report, arm)
+        lines.append("| " + " | ".join([f"`{arm}`", *cells[1:]]) + " |")
+    lines += _paired_section(report)
+    lines += [
+        "",
+        "## Flags",
+        "",
+        f"- **{FLAG_TEXT[FLAG_SR_UP_ACCURACY_DOWN]}** (`{FLAG_SR_UP_ACCURACY_DOWN}`): SR rose "
+        f"on average while the held-out avg@{k}, held-out answer-rate or training answer-rate "
+        "change lies entirely below 0 (one seed: the sign of its change).",
+        f"- **{FLAG_TEXT[FLAG_LENGTH_COLLAPSE]}** (`{FLAG_LENGTH_COLLAPSE}`): mean response "
+        f"length at the end < {LENGTH_COLLAPSE_RATIO:g} x at the start.",
+    ]
+    if report.notes:
+        lines += ["", "## Notes", "", *(f"- {note}" for note in report.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def _paired_section(report: StudyReport) -> list[str]:
+    rows = paired_rows(report)
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"## Paired differences vs `{report.reference}` (arm − reference, same seeds)",
+        "",
+        "| arm | metric | Δ end | Δ change |",
+        "|---|---|---|---|",
+    ]
+    for arm, label, end, change in rows:
+        lines.append(f"| `{arm}` | {label} | {end} | {change} |")
+    return lines
+
+
+__all__ = ["arm_cells", "arm_columns", "how_read", "markdown", "paired_rows"]
