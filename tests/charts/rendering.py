@@ -122,6 +122,18 @@ def objects_of_kind(case: Case, kind: str) -> list[dict[str, Any]]:
     return [obj for obj in objects(case) if obj.get("kind") == kind]
 
 
+def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod specs of a rendered object: a workload's ``spec.template.spec``, or each
+    replicated job's of a ClusterTrainingRuntime (whose ``spec.template`` is a JobSet's)."""
+    template = obj.get("spec", {}).get("template")
+    if not template:
+        return []
+    if obj["kind"] == "ClusterTrainingRuntime":
+        jobs = template["spec"]["replicatedJobs"]
+        return [j["template"]["spec"]["template"]["spec"] for j in jobs]
+    return [template["spec"]]
+
+
 def golden_path(case: Case) -> Path:
     return GOLDEN_DIR / f"{case.id}.yaml"
 

@@ -164,7 +164,7 @@ def test_schema_is_structural(name: str) -> None:
 
 def test_status_schema(schema: dict[str, Any]) -> None:
     status = schema["properties"]["status"]["properties"]
-    assert status["phase"]["enum"] == ["Pending", "Running", "Succeeded", "Failed"]
+    assert status["phase"]["enum"] == ["Pending", "Queued", "Running", "Succeeded", "Failed"]
     for field, kind in [
         ("mlflowRunUrl", "string"),
         ("checkpointUri", "string"),

@@ -9,8 +9,9 @@ import pytest
 
 from tests.charts.rendering import CASES, KUBE_VERSION, PLATFORM, Case, chart_crds, objects
 
-# Custom resources of other projects: checked field by field elsewhere (test_inferenceservice.py).
-NOT_CORE = {"serving.kserve.io/v1beta1"}
+# Custom resources of other projects: checked field by field elsewhere (test_inferenceservice.py;
+# the ClusterTrainingRuntime against Kubeflow Trainer's CRD in tests/operators/test_trainjob.py).
+NOT_CORE = {"serving.kserve.io/v1beta1", "trainer.kubeflow.org/v1alpha1"}
 
 
 def _validate(obj: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.charts.rendering import PLATFORM, Case, objects
+from tests.charts.rendering import PLATFORM, Case, objects, pod_specs
 
 #: Registry paths MinIO's withdrawn community images were served from.
 WITHDRAWN = ("minio/", "docker.io/minio/", "quay.io/minio/")
@@ -26,9 +26,7 @@ WITHDRAWN = ("minio/", "docker.io/minio/", "quay.io/minio/")
 def _pods(case: Case) -> list[tuple[str, dict[str, Any]]]:
     found = []
     for obj in objects(case):
-        template = obj.get("spec", {}).get("template")
-        if template:
-            found.append((obj["metadata"]["name"], template["spec"]))
+        found += [(obj["metadata"]["name"], pod) for pod in pod_specs(obj)]
     return found
 
 

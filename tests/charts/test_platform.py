@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from tests.charts.rendering import CASES, NAMESPACE, PLATFORM, Case, objects, objects_of_kind
+from tests.charts.rendering import (
+    CASES,
+    NAMESPACE,
+    PLATFORM,
+    Case,
+    objects,
+    objects_of_kind,
+    pod_specs,
+)
 
 PLATFORM_CASES = [c for c in CASES if c.chart == PLATFORM]
 SECRET_ENV = re.compile(r"(PASSWORD|ACCESS_KEY_ID$|SECRET_ACCESS_KEY$|TOKEN|ROOT_USER$|STORE_URI$)")
@@ -24,8 +32,9 @@ def _by_component(case: Case, kind: str, component: str) -> dict[str, Any]:
 
 
 def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    pod = obj["spec"]["template"]["spec"]
-    return [*pod.get("initContainers", []), *pod["containers"]]
+    return [
+        c for pod in pod_specs(obj) for c in [*pod.get("initContainers", []), *pod["containers"]]
+    ]
 
 
 def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:

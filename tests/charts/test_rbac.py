@@ -283,7 +283,10 @@ def test_operator_cluster_wide() -> None:
     assert all(g.namespace is None for g in grants)
     assert not objects_of_kind(case, "Role") and not objects_of_kind(case, "RoleBinding")
     framework = [g.rule for g in grants if g.role == "sarl-platform-operator-framework"]
-    assert [r["resources"] for r in framework] == [["customresourcedefinitions"]]
+    assert [r["resources"] for r in framework] == [
+        ["customresourcedefinitions"],
+        ["clustertrainingruntimes"],
+    ]
 
 
 def test_operator_namespaced() -> None:
@@ -295,6 +298,7 @@ def test_operator_namespaced() -> None:
     assert all(g.namespace is None for g in framework)
     # kopf follows the listed namespaces (created or deleted later) by watching namespaces.
     assert sorted(r for g in framework for r in g.rule["resources"]) == [
+        "clustertrainingruntimes",
         "customresourcedefinitions",
         "namespaces",
     ]

@@ -1,5 +1,5 @@
-"""The PyTorchJob environment (as the Training Operator v1.7/v1.9 sets it) and each node's Ray
-command."""
+"""The PyTorchJob environment (as the Training Operator v1.7/v1.9 sets it), the TrainJob
+environment (as Kubeflow Trainer v2.3.0's torch plugin sets it) and each node's Ray command."""
 
 from __future__ import annotations
 
@@ -24,6 +24,36 @@ def operator_env(node_rank: int, nnodes: int, nproc: str) -> dict[str, str]:
         "PET_NPROC_PER_NODE": nproc,
         "PET_NNODES": str(nnodes),
     }
+
+
+def trainjob_env(node_rank: int, nnodes: int, nproc: str, name: str = "job") -> dict[str, str]:
+    """What Kubeflow Trainer v2.3.0 gives pod ``node_rank`` of a TrainJob ``name`` with
+    ``numNodes`` ``nnodes`` (``pkg/runtime/framework/plugins/torch/torch.go``, ``EnforceMLPolicy``;
+    ``PET_NODE_RANK`` is the fieldRef to the job-completion-index annotation, resolved; the Job
+    controller adds ``JOB_COMPLETION_INDEX``). No MASTER_ADDR, MASTER_PORT, RANK or WORLD_SIZE."""
+    return {
+        "PET_NNODES": str(nnodes),
+        "PET_NPROC_PER_NODE": nproc,
+        "PET_NODE_RANK": str(node_rank),
+        "PET_MASTER_ADDR": f"{name}-node-0-0.{name}",
+        "PET_MASTER_PORT": "29500",
+        "JOB_COMPLETION_INDEX": str(node_rank),
+    }
+
+
+@pytest.mark.parametrize(("nnodes", "nproc"), [(1, "8"), (2, "8"), (4, "1"), (2, "auto")])
+def test_trainjob_environment(nnodes: int, nproc: str) -> None:
+    """The master port is PET_MASTER_PORT (29500), not the PyTorchJob default 23456."""
+    for rank in range(nnodes):
+        env = ClusterEnv.from_env(trainjob_env(rank, nnodes, nproc))
+        assert (env.node_rank, env.nnodes, env.is_head) == (rank, nnodes, rank == 0)
+        assert env.nproc_per_node == (int(nproc) if nproc.isdigit() else None)
+        assert (env.master_addr, env.master_port) == ("job-node-0-0.job", 29500)
+
+
+def test_trainjob_workers_join_the_head_by_its_dns_name() -> None:
+    command = ray_start_command(ClusterEnv.from_env(trainjob_env(1, 2, "8")), num_gpus=8)
+    assert f"--address=job-node-0-0.job:{RAY_PORT}" in command and "--block" in command
 
 
 def test_defaults_are_one_node() -> None:
@@ -79,6 +109,13 @@ def test_the_spec_node_count_is_checked() -> None:
         ({"PET_NNODES": "1:4"}, r"PET_NNODES='1:4': an elastic node range"),
         ({"PET_NNODES": "0"}, r"PET_NNODES=0: must be >= 1"),
         ({"MASTER_PORT": "http"}, r"MASTER_PORT='http'"),
+        ({"PET_MASTER_PORT": "http"}, r"PET_MASTER_PORT='http' is not an integer"),
+        ({"PET_NNODES": "2", "PET_NODE_RANK": ""}, r"PET_NODE_RANK is empty"),
+        (
+            {"MASTER_ADDR": "a", "PET_MASTER_ADDR": "b"},
+            r"MASTER_ADDR='a' but PET_MASTER_ADDR='b'",
+        ),
+        ({"MASTER_PORT": "1", "PET_MASTER_PORT": "2"}, r"MASTER_PORT='1' but PET_MASTER_PORT='2'"),
         (
             {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "8", "WORLD_SIZE": "2"},
             r"WORLD_SIZE=2 but PET_NNODES=2 x PET_NPROC_PER_NODE=8 = 16",

@@ -47,7 +47,8 @@ class FakeApi:
     Starts with what a prepared namespace has: the platform's S3 credentials Secret. KServe is
     emulated only as far as ``ready_isvcs``: InferenceServices report Ready when created.
     Kinds in ``missing_kinds`` raise MissingApiError, as the dynamic client does for a kind
-    whose CRD is not installed."""
+    whose CRD is not installed; so do Kubeflow Trainer v2's unless ``trainer_v2`` (by default a
+    Training Operator v1 cluster, where ``job_kind: auto`` means PyTorchJob)."""
 
     def __init__(
         self,
@@ -55,11 +56,13 @@ class FakeApi:
         secret: bool = True,
         ready_isvcs: bool = True,
         missing_kinds: frozenset[str] = frozenset(),
+        trainer_v2: bool = False,
     ) -> None:
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, str]] = []
         self.ready_isvcs = ready_isvcs
-        self.missing_kinds = missing_kinds
+        v2_kinds = frozenset() if trainer_v2 else frozenset({"TrainJob", "ClusterTrainingRuntime"})
+        self.missing_kinds = missing_kinds | v2_kinds
         if secret:
             data = {"AWS_ACCESS_KEY_ID": "a2V5", "AWS_SECRET_ACCESS_KEY": "c2VjcmV0"}
             self.objects[("v1", "Secret", NAMESPACE, PLATFORM.s3_credentials_secret)] = {
@@ -102,6 +105,21 @@ class FakeApi:
         self._check(kind)
         self.writes.append(("delete", kind))
         return self.objects.pop((api_version, kind, namespace, name), None) is not None
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Objects of the kind in ``namespace`` matching ``label_selector`` (``k=v,...``)."""
+        self._check(kind)
+        wanted = dict(term.split("=", 1) for term in label_selector.split(",") if term)
+        out = []
+        for (version, knd, ns, _), obj in self.objects.items():
+            labels = obj.get("metadata", {}).get("labels") or {}
+            if (version, knd, ns) == (api_version, kind, namespace) and all(
+                labels.get(k) == v for k, v in wanted.items()
+            ):
+                out.append(copy.deepcopy(obj))
+        return out
 
 
 def _body(case: str, spec: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -241,8 +259,12 @@ def test_spec_the_trainer_refuses_fails_at_reconcile_naming_the_field() -> None:
     assert patch["status"]["phase"] == "Failed"
 
 
-def test_job_builder_protocol_is_pytorchjob() -> None:
-    assert handlers.JOB_BUILDER.kind == builders.PyTorchJobBuilder().kind == "PyTorchJob"
+def test_job_builders_by_kind() -> None:
+    """Each builder is found under the kind it builds (``spec.resources.job_kind``)."""
+    assert {k: (b.kind, b.api_version) for k, b in handlers.JOB_BUILDERS.items()} == {
+        "PyTorchJob": ("PyTorchJob", builders.PyTorchJobBuilder().api_version),
+        "TrainJob": ("TrainJob", "trainer.kubeflow.org/v1alpha1"),
+    }
 
 
 def test_run_created_once_and_passed_to_the_job() -> None:

@@ -16,6 +16,7 @@ from sarl.testing.kube_server import (
     CONFIGMAPS,
     PYTORCHJOBS,
     SARL_RESOURCES,
+    WORKLOADS,
     KubeServer,
     kube_server,
 )
@@ -79,3 +80,20 @@ def test_apply_never_adopts_an_object_of_another_owner(
     stored = server.objects(CONFIGMAPS, NAMESPACE)[name]
     assert stored["data"] == {"k": "v"}  # untouched
     assert not controlled_by(stored, "uid-new")
+
+
+def test_list_returns_the_namespaces_objects(api: DynamicKubeApi, server: KubeServer) -> None:
+    """``list`` as the handlers use it for Kueue Workloads (kmock ignores the label selector,
+    so the handlers also check each Workload's owner)."""
+    wl = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "pytorchjob-x-1a2b3", "namespace": NAMESPACE,
+                     "labels": {"kueue.x-k8s.io/job-uid": "u"}},
+    }  # fmt: skip
+    server.put(WORKLOADS, NAMESPACE, wl)
+    found = api.list("kueue.x-k8s.io/v1beta2", "Workload", NAMESPACE, "kueue.x-k8s.io/job-uid=u")
+    assert [w["metadata"]["name"] for w in found] == ["pytorchjob-x-1a2b3"]
+    assert api.list("kueue.x-k8s.io/v1beta2", "Workload", "elsewhere") == []
+    with pytest.raises(MissingApiError):
+        api.list("kubeflow.org/v1", "PyTorchJob", NAMESPACE)

@@ -1,16 +1,16 @@
 """The operator's RBAC rules are exactly its API calls: none missing, none unused.
 
-The operator runs as the chart deploys it (``kopf run`` with the rendered Deployment's
-arguments and environment) against the in-memory Kubernetes API server
-(:mod:`sarl.testing.kube_server`, kmock's emulation: no real cluster can run here, and it has no
-RBAC, admission or controllers) and a real MLflow server, through an Experiment's and a Study's
-whole life: children created, then patched after a spec update, the evaluation Job, the Study's
-runs and report Job. The test plays the Training Operator and KServe (statuses) with its own
-User-Agent; every other request is the operator's. Each call (plus the ``blockOwnerDeletion``
-check the API server makes on children, see :func:`tests.rbac.implied_calls`) must be allowed by
-the rendered roles bound to the operator's ServiceAccount, and every rendered rule must be used
-by some call, for the cluster-wide and the namespaced install. A handler making a new call, or
-a rule added "just in case", fails here.
+The operator runs as the chart deploys it (``kopf run`` with the rendered Deployment's arguments and
+environment) against the in-memory Kubernetes API server (:mod:`sarl.testing.kube_server`, kmock's
+emulation: no real cluster can run here, and it has no RBAC, admission or controllers) and a real
+MLflow server, through an Experiment's and a Study's whole life: children created, then patched
+after a spec update, the evaluation Job, the Study's runs and report Job, and an Experiment run as a
+Kubeflow Trainer v2 TrainJob (the cluster serves both job kinds, so the others ask for PyTorchJob).
+The test plays the Training Operator and KServe (statuses) with its own User-Agent; every other
+request is the operator's. Each call (plus the ``blockOwnerDeletion`` check the API server makes on
+children, see :func:`tests.rbac.implied_calls`) must be allowed by the rendered roles bound to the
+operator's ServiceAccount, and every rendered rule must be used by some call, for the cluster-wide
+and the namespaced install. A handler making a new call, or a rule added "just in case", fails here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ pytest.importorskip("kmock")
 from kubernetes import config, dynamic
 
 from sarl.testing.kube_server import (
+    CLUSTER_TRAINING_RUNTIMES,
     EXPERIMENTS,
     ISVCS,
     JOBS,
@@ -38,6 +39,8 @@ from sarl.testing.kube_server import (
     PYTORCHJOBS,
     SARL_RESOURCES,
     SECRETS,
+    TRAINER_V2_RESOURCES,
+    TRAINJOBS,
     KubeServer,
     Resource,
     kube_server,
@@ -57,7 +60,7 @@ from tests.rbac import (
 )
 
 STUDIES: Final = Resource("sarl.dev", "v1alpha1", "studies", "Study", subresources=("status",))
-RESOURCES: Final = (*SARL_RESOURCES, STUDIES)
+RESOURCES: Final = (*SARL_RESOURCES, *TRAINER_V2_RESOURCES, STUDIES)
 PLURALS: Final = {(r.group, r.kind): r.plural for r in RESOURCES}
 TEAM: Final = "team-a"  # watched in both cases (ci/namespaced-values.yaml: team-a, team-b)
 TEST_AGENT: Final = "sarl-rbac-test"  # the test's own requests (Training Operator, KServe, user)
@@ -194,9 +197,14 @@ def _create(kube: dynamic.DynamicClient, kind: str, doc: dict[str, Any]) -> None
 
 
 def _experiment_life(server: KubeServer, kube: dynamic.DynamicClient) -> None:
-    """Create (ConfigMap, InferenceService, PyTorchJob), update the spec (all three patched),
-    training Succeeded (evaluation Job), evaluation Complete (InferenceService deleted)."""
-    _create(kube, "Experiment", experiment_doc("rbac-exp"))
+    """Create (ConfigMap, InferenceService, PyTorchJob in a Kueue queue: its Workloads listed),
+    update the spec (all three patched), training Succeeded (evaluation Job), evaluation
+    Complete (InferenceService deleted)."""
+    doc = experiment_doc("rbac-exp")
+    doc["spec"].setdefault("resources", {})["job_kind"] = "PyTorchJob"
+    # A Kueue queue: the operator lists the job's Workload (there is none: no Kueue runs here).
+    doc["spec"]["resources"]["queue"] = "team-a-gpu"
+    _create(kube, "Experiment", doc)
     wait_for("the PyTorchJob", lambda: server.objects(PYTORCHJOBS, TEAM).get("rbac-exp"))
     _merge(
         kube, "sarl.dev/v1alpha1", "Experiment", "rbac-exp", {"spec": {"resources": {"nodes": 2}}}
@@ -217,6 +225,29 @@ def _experiment_life(server: KubeServer, kube: dynamic.DynamicClient) -> None:
     )
 
 
+def _trainjob_life(server: KubeServer, kube: dynamic.DynamicClient) -> None:
+    """With the chart's ClusterTrainingRuntime (checked by name), create the TrainJob, then
+    patch it (its metadata) after a spec update."""
+    runtime = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "sarl-torch-distributed"},
+    }
+    server.put(CLUSTER_TRAINING_RUNTIMES, None, runtime)
+    doc = experiment_doc("rbac-tj")
+    doc["spec"].setdefault("resources", {})["job_kind"] = "TrainJob"
+    _create(kube, "Experiment", doc)
+    wait_for("the TrainJob", lambda: server.objects(TRAINJOBS, TEAM).get("rbac-tj"))
+    version = server.objects(TRAINJOBS, TEAM)["rbac-tj"]["metadata"]["resourceVersion"]
+    _merge(kube, "sarl.dev/v1alpha1", "Experiment", "rbac-tj", {"spec": {"algorithm": {"seed": 7}}})
+    wait_for(
+        "the patched TrainJob",
+        lambda: (
+            server.objects(TRAINJOBS, TEAM)["rbac-tj"]["metadata"]["resourceVersion"] != version
+        ),
+    )
+
+
 def _exists(server: KubeServer, resource: Resource, name: str) -> bool:
     return name in server.objects(resource, TEAM)
 
@@ -224,7 +255,9 @@ def _exists(server: KubeServer, resource: Resource, name: str) -> bool:
 def _study_life(server: KubeServer, kube: dynamic.DynamicClient) -> None:
     """Create a 2-run Study (ConfigMap, its Experiments and their children), finish the runs
     (the report Job)."""
-    _create(kube, "Study", small_doc("rbac-st", seeds=1))
+    doc = small_doc("rbac-st", seeds=1)
+    doc["spec"]["base"]["resources"]["job_kind"] = "PyTorchJob"
+    _create(kube, "Study", doc)
     runs = ("rbac-st-low-s0", "rbac-st-high-s0")
     for run in runs:
         wait_for(f"PyTorchJob {run}", functools.partial(_exists, server, PYTORCHJOBS, run))
@@ -248,6 +281,7 @@ def operator_calls(
     kserve.start()
     try:
         _experiment_life(server, kube)
+        _trainjob_life(server, kube)
         _study_life(server, kube)
     finally:
         stop.set()

@@ -11,6 +11,7 @@ from sarl_operator.status import (
     condition,
     desired_status,
     eval_condition,
+    experiment_phase,
     failed_status,
     job_phase,
     run_ended,
@@ -161,3 +162,31 @@ def test_run_ended_once_training_and_evaluation_are_over(
     job: dict[str, Any] | None, evaluated: dict[str, Any] | None, ended: bool
 ) -> None:
     assert run_ended(job, evaluated) is ended
+
+
+@pytest.mark.parametrize(
+    ("job", "queued", "phase"),
+    [
+        (None, False, "Pending"),
+        (_job("Created"), True, "Queued"),
+        # Suspended again by Kueue (evicted): its own conditions may still say Running.
+        (_job("Created", "Running"), True, "Queued"),
+        (_job("Created", "Running"), False, "Running"),
+        (_job("Created", "Succeeded"), True, "Succeeded"),  # an ended job stays ended
+        (_job("Created", "Failed"), True, "Failed"),
+    ],
+)
+def test_queued_phase(job: dict[str, Any] | None, queued: bool, phase: str) -> None:
+    assert experiment_phase(job, queued) == phase
+    desired = desired_status(
+        job, generation=1, checkpoint_uri="", mlflow_run_url="", queued=queued, now="t"
+    )
+    assert desired["phase"] == phase
+
+
+def test_a_suspended_evaluation_job_is_queued() -> None:
+    job = {"spec": {"suspend": True}, "status": {}}
+    assert eval_condition(job)["reason"] == "EvaluationQueued"
+    assert eval_condition({"spec": {"suspend": False}, "status": {}})["reason"] == (
+        "EvaluationPending"
+    )

@@ -204,6 +204,7 @@ def _status(phase: str | None, evaluated: str | None = None) -> dict[str, Any]:
         (None, False, "pending"),
         (_status(None), False, "pending"),
         (_status("Pending"), False, "pending"),
+        (_status("Queued"), False, "pending"),  # waiting for Kueue: not started
         (_status("Running"), False, "running"),
         (_status("Failed"), True, "failed"),
         (_status("Succeeded"), False, "succeeded"),

@@ -156,6 +156,10 @@ are never read.
 - apiGroups: ["kubeflow.org"]
   resources: ["pytorchjobs"]
   verbs: ["get", "create", "patch"]
+# Or, with Kubeflow Trainer v2 (spec.resources.job_kind), TrainJobs.
+- apiGroups: ["trainer.kubeflow.org"]
+  resources: ["trainjobs"]
+  verbs: ["get", "create", "patch"]
 # InferenceServices are also deleted once no run needs them (spec.serving.release).
 - apiGroups: ["serving.kserve.io"]
   resources: ["inferenceservices"]
@@ -167,6 +171,11 @@ are never read.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "create"]
+# The Workload Kueue creates for a job with a queue label (found by its job-uid label), for
+# the Experiment's Admitted condition and Queued phase.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list"]
 # kopf reports progress and errors as core v1 Events.
 - apiGroups: [""]
   resources: ["events"]

@@ -1,21 +1,28 @@
-"""Where this pod sits in a Kubeflow PyTorchJob, and the Ray commands for its node.
+"""Where this pod sits in a Kubeflow PyTorchJob or TrainJob, and the Ray commands for its node.
 
 Called by :mod:`sarl_jobs.verl_trainer` (node 0 starts the Ray head and the driver; other nodes
 join it) and :mod:`sarl_jobs.trl_trainer` (the launcher's machine rank and main process). Pure:
 no subprocess here.
 
-The contract is the Training Operator's (``pkg/controller.v1/pytorch/envvar.go`` and
-``master.go`` at v1.7.0 and v1.9.0), which sets on every replica:
+Two contracts, both read from upstream:
 
-* ``PET_NNODES`` = number of replicas (Master + Workers), ``PET_NODE_RANK`` = ``RANK`` = replica
-  index (Master 0, Worker ``i`` is ``i + 1``), ``PET_NPROC_PER_NODE`` = the job's
-  ``nprocPerNode`` (``"auto"`` by default),
-* ``WORLD_SIZE`` = replicas x ``nprocPerNode`` (1 when not a number): the number of *training
-  processes*, not of nodes. The operator's PyTorchJob sets ``nprocPerNode`` to the GPUs per node
-  (each pod launches one process per GPU), so ``WORLD_SIZE`` is ``nodes x GPUs``; reading it as
-  the node count made a 1-node x 8-GPU verl job wait for 8 Ray nodes,
-* ``MASTER_ADDR`` = ``PET_MASTER_ADDR`` = ``<job>-master-0`` and ``MASTER_PORT`` (23456 unless the
-  ``pytorch`` container names a ``pytorchjob-port``).
+* the Training Operator's PyTorchJob (``pkg/controller.v1/pytorch/envvar.go`` and ``master.go``
+  at v1.7.0 and v1.9.0), which sets on every replica ``PET_NNODES`` = number of replicas (Master
+  + Workers), ``PET_NODE_RANK`` = ``RANK`` = replica index (Master 0, Worker ``i`` is ``i + 1``),
+  ``PET_NPROC_PER_NODE`` = the job's ``nprocPerNode`` (``"auto"`` by default), ``WORLD_SIZE`` =
+  replicas x ``nprocPerNode`` (1 when not a number): the number of *training processes*, not of
+  nodes (the operator sets ``nprocPerNode`` to the GPUs per node, so reading ``WORLD_SIZE`` as the
+  node count made a 1-node x 8-GPU verl job wait for 8 Ray nodes), ``MASTER_ADDR`` =
+  ``PET_MASTER_ADDR`` = ``<job>-master-0`` and ``MASTER_PORT`` = ``PET_MASTER_PORT`` (23456 unless
+  the ``pytorch`` container names a ``pytorchjob-port``);
+* Kubeflow Trainer v2's torch plugin for a TrainJob (``pkg/runtime/framework/plugins/torch/
+  torch.go`` at v2.3.0), which sets on the ``node`` container only the ``PET_*`` variables:
+  ``PET_NNODES`` = ``trainer.numNodes``, ``PET_NPROC_PER_NODE`` = ``trainer.numProcPerNode`` or
+  ``"auto"`` (with no GPU in the node's resources, ``auto`` becomes the CPU request, at least 1),
+  ``PET_NODE_RANK`` from a fieldRef to the pod's ``batch.kubernetes.io/job-completion-index``
+  annotation, ``PET_MASTER_ADDR`` = ``<trainjob>-node-0-0.<trainjob>`` (the first pod's hostname
+  in the JobSet's headless Service) and ``PET_MASTER_PORT`` = 29500; no ``MASTER_ADDR``,
+  ``MASTER_PORT``, ``RANK`` or ``WORLD_SIZE``.
 
 So the node layout comes from the ``PET_*`` variables; ``WORLD_SIZE`` is only checked against
 them. Without any of them the pod is a single node (a local smoke run).
@@ -28,7 +35,8 @@ from dataclasses import dataclass
 from typing import Final
 
 RAY_PORT: Final = 6379
-#: The Training Operator's default master port (``PyTorchJobDefaultPort``).
+#: The Training Operator's default master port (``PyTorchJobDefaultPort``), used when neither
+#: ``MASTER_PORT`` nor ``PET_MASTER_PORT`` is set.
 DEFAULT_MASTER_PORT: Final = 23456
 
 
@@ -50,8 +58,8 @@ class ClusterEnv:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> ClusterEnv:
-        """From the PyTorchJob's variables (see the module docstring); errors name the variable
-        and its value."""
+        """From the PyTorchJob's or the TrainJob's variables (see the module docstring); errors
+        name the variable and its value."""
         nproc_raw = environ.get("PET_NPROC_PER_NODE", "")
         nproc = _int(environ, "PET_NPROC_PER_NODE", None) if nproc_raw.isdigit() else None
         if "PET_NNODES" in environ:
@@ -65,10 +73,15 @@ class ClusterEnv:
         else:  # no Training Operator: WORLD_SIZE counts processes, nprocPerNode of them per node
             world = _int(environ, "WORLD_SIZE", 1)
             nnodes = max(world // (nproc or 1), 1)
+        if environ.get("PET_NODE_RANK") == "":  # a fieldRef to a missing annotation
+            raise ValueError(
+                "PET_NODE_RANK is empty: the pod has no batch.kubernetes.io/job-completion-index "
+                "annotation (not a pod of an Indexed Job)"
+            )
         node_rank = _int(environ, "PET_NODE_RANK", _int(environ, "RANK", 0))
         env = cls(
-            master_addr=environ.get("MASTER_ADDR") or environ.get("PET_MASTER_ADDR") or "127.0.0.1",
-            master_port=_int(environ, "MASTER_PORT", DEFAULT_MASTER_PORT),
+            master_addr=environ.get(_source(environ, "MASTER_ADDR")) or "127.0.0.1",
+            master_port=_int(environ, _source(environ, "MASTER_PORT"), DEFAULT_MASTER_PORT),
             node_rank=node_rank,
             nnodes=nnodes,
             nproc_per_node=nproc,
@@ -91,12 +104,22 @@ class ClusterEnv:
 
     def check_layout(self, *, nodes: int) -> None:
         """Raise ValueError when the job's node count is not the spec's ``resources.nodes``
-        (the PyTorchJob was edited, or the pod runs another Experiment's config)."""
+        (the job was edited, or the pod runs another Experiment's config)."""
         if self.nnodes != nodes:
             raise ValueError(
-                f"PET_NNODES={self.nnodes} but spec.resources.nodes={nodes}: the PyTorchJob and "
+                f"PET_NNODES={self.nnodes} but spec.resources.nodes={nodes}: the job and "
                 "the Experiment disagree on the number of nodes"
             )
+
+
+def _source(environ: Mapping[str, str], name: str) -> str:
+    """Which variable to read: ``name`` or, where it is unset or empty, ``PET_<name>`` (a TrainJob
+    sets only that one). A PyTorchJob sets both to the same value; different values raise."""
+    pet_name = f"PET_{name}"
+    value, pet = environ.get(name, ""), environ.get(pet_name, "")
+    if value and pet and value != pet:
+        raise ValueError(f"{name}={value!r} but {pet_name}={pet!r}: they must be the same")
+    return name if value else pet_name
 
 
 def _int(environ: Mapping[str, str], name: str, default: int | None) -> int:
@@ -108,7 +131,7 @@ def _int(environ: Mapping[str, str], name: str, default: int | None) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"PyTorchJob environment: {name}={raw!r} is not an integer") from None
+        raise ValueError(f"job environment: {name}={raw!r} is not an integer") from None
 
 
 def ray_start_command(env: ClusterEnv, *, num_gpus: int) -> list[str]:

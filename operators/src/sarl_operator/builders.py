@@ -9,7 +9,9 @@ Children of an Experiment ``<name>`` in its namespace:
 * ConfigMap ``<name>-config``: ``experiment.yaml`` (the validated, fully resolved spec, with the
   embedding URL filled in when the operator creates the embedding service) and ``backend``.
 * PyTorchJob ``<name>`` (``kubeflow.org/v1``): Master + ``nodes - 1`` Workers running the verl
-  trainer entrypoint on the mounted ``experiment.yaml``.
+  trainer entrypoint on the mounted ``experiment.yaml`` — or, with Kubeflow Trainer v2, the
+  TrainJob ``<name>`` built by :mod:`sarl_operator.trainjob` from the same container and pod
+  pieces (:func:`trainer_container`, :func:`job_pod`, :func:`trainer_pod_metadata`).
 * InferenceService ``<name>-embedding``, only when a reward uses an ``openai`` embedder whose
   ``url`` is empty (the rule: empty → the operator serves the model named in ``embedder.model``
   with vLLM on KServe's Hugging Face runtime; non-empty → that existing service is used as is).
@@ -45,7 +47,7 @@ from sarl.integrations.cluster import (
 )
 from sarl.spec.experiment import GPU_RESOURCE as DEFAULT_GPU_RESOURCE
 from sarl.spec.experiment import Experiment, ResourcesSpec, SecretKeyRef, ServedModelSpec
-from sarl_operator import knative
+from sarl_operator import knative, scheduling
 
 CONFIG_DIR: Final = "/etc/sarl"
 CONFIG_FILE: Final = "experiment.yaml"
@@ -90,6 +92,11 @@ class Platform:
     cluster_domain: str = "cluster.local"
     #: Where ``sarl data prepare`` wrote ``benchmarks/<name>.parquet`` (for the evaluation Job).
     data_uri: str = ""
+    #: Kueue LocalQueue of jobs whose spec names none (``kueue.defaultQueue``); empty: none.
+    default_queue: str = ""
+    #: Gang scheduler of multi-node PyTorchJobs (``gangScheduler``): one of
+    #: :data:`sarl_operator.scheduling.GANG_SCHEDULERS`.
+    gang_scheduler: str = "none"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Platform:
@@ -103,7 +110,17 @@ class Platform:
             or cls.s3_secret_access_key_key,
             data_uri=env.get("SARL_DATA_URI")
             or (f"s3://{env['SARL_S3_BUCKET']}/data" if env.get("SARL_S3_BUCKET") else ""),
+            default_queue=env.get("SARL_DEFAULT_QUEUE", ""),
+            gang_scheduler=_gang_scheduler(env.get("SARL_GANG_SCHEDULER") or "none"),
         )
+
+
+def _gang_scheduler(value: str) -> str:
+    """``SARL_GANG_SCHEDULER``, checked (the chart's schema allows these values only)."""
+    if value not in scheduling.GANG_SCHEDULERS:
+        allowed = ", ".join(scheduling.GANG_SCHEDULERS)
+        raise ValueError(f"SARL_GANG_SCHEDULER={value!r}: must be one of {allowed}")
+    return value
 
 
 #: The platform with nothing configured (no object store): the builders' default.
@@ -384,19 +401,32 @@ def job_pod(
     return pod
 
 
-def _replica(
-    exp: Experiment, replicas: int, image: str, env: list[dict[str, Any]]
+def trainer_container(
+    exp: Experiment, name: str, image: str, env: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    container = {
-        "name": "pytorch",  # the Training Operator requires this container name
+    """The trainer container ``name`` of every training node (PyTorchJob replica, TrainJob
+    node): the backend's entrypoint on the mounted config, ``env``, the spec's resources."""
+    return {
+        "name": name,
         "image": image,
         "command": ["python", "-m", TRAINER_MODULES[backend(exp)]],
         "args": [f"{CONFIG_DIR}/{CONFIG_FILE}"],
         "env": copy.deepcopy(env),  # no shared objects between replicas
         "resources": _resources(exp),
     }
-    pod = job_pod(exp, container)
-    metadata = {"labels": labels(exp, "trainer"), "annotations": dict(JOB_POD_ANNOTATIONS)}
+
+
+def trainer_pod_metadata(exp: Experiment) -> dict[str, Any]:
+    """Labels and annotations of every training pod (PyTorchJob replica, TrainJob node)."""
+    return {"labels": labels(exp, "trainer"), "annotations": dict(JOB_POD_ANNOTATIONS)}
+
+
+def _replica(
+    exp: Experiment, replicas: int, image: str, env: list[dict[str, Any]]
+) -> dict[str, Any]:
+    # The Training Operator requires this container name.
+    pod = job_pod(exp, trainer_container(exp, "pytorch", image, env))
+    metadata = trainer_pod_metadata(exp)
     return {
         "replicas": replicas,
         "restartPolicy": "OnFailure",
@@ -419,18 +449,34 @@ def pytorchjob(
     replicas = {"Master": _replica(exp, 1, image, env)}
     if res.nodes > 1:
         replicas["Worker"] = _replica(exp, res.nodes - 1, image, env)
+        # Before the Training Operator's own init container (appended after this one), which
+        # fails after ~200 s without the Master and whose restarts count against backoffLimit.
+        worker = replicas["Worker"]["template"]["spec"]
+        worker["initContainers"] = [scheduling.master_wait_container(exp.name, image)]
+    for replica in replicas.values():
+        pod = replica["template"]["spec"]
+        pod.update(scheduling.pod_priority(exp))
+        pod.update(scheduling.scheduler_name(exp, platform))
+    # A lost or preempted pod restarts and resumes from the last checkpoint in the store
+    # (sarl_jobs.resume); a run that keeps failing stops after RESTARTS retries per node.
+    # Running: once the job has finished (Succeeded, or Failed past the backoff limit) the
+    # Training Operator deletes its Running and Pending pods, so a failed job frees its GPUs;
+    # ended pods stay for their logs. None (the default) keeps them all.
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "Running", "backoffLimit": RESTARTS * res.nodes}
+    if scheduling.starts_suspended(exp, platform):  # Kueue unsuspends it on admission
+        run_policy["suspend"] = True
+    gang = scheduling.pytorchjob_scheduling_policy(exp, platform)
+    if gang is not None:
+        run_policy["schedulingPolicy"] = gang
+    metadata = meta(exp, exp.name, namespace, "trainer")
+    metadata["labels"].update(scheduling.job_labels(exp, platform))
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": meta(exp, exp.name, namespace, "trainer"),
+        "metadata": metadata,
         "spec": {
             "nprocPerNode": str(max(res.gpus_per_node, 1)),
-            # A lost or preempted pod restarts and resumes from the last checkpoint in the store
-            # (sarl_jobs.resume); a run that keeps failing stops after RESTARTS retries per node.
-            # Running: once the job has finished (Succeeded, or Failed past the backoff limit)
-            # the Training Operator deletes its Running and Pending pods, so a failed job frees
-            # its GPUs; ended pods stay for their logs. None (the default) keeps them all.
-            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": RESTARTS * res.nodes},
+            "runPolicy": run_policy,
             "pytorchReplicaSpecs": replicas,
         },
     }
@@ -585,7 +631,8 @@ def inference_services(
 
 
 class JobBuilder(Protocol):
-    """Builds the training job; a Kubeflow Trainer v2 TrainJob builder implements this too."""
+    """Builds the training job: :class:`PyTorchJobBuilder`, and
+    :class:`sarl_operator.trainjob.TrainJobBuilder` for the Kubeflow Trainer v2 TrainJob."""
 
     @property
     def api_version(self) -> str: ...
@@ -603,6 +650,10 @@ class JobBuilder(Protocol):
         tracking_uri: str,
         platform: Platform,
     ) -> dict[str, Any]: ...
+
+    def update(self, job: dict[str, Any]) -> dict[str, Any]:
+        """What to merge-patch onto the job ``build`` returned when it exists already."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -630,3 +681,8 @@ class PyTorchJobBuilder:
             tracking_uri=tracking_uri,
             platform=platform,
         )
+
+    def update(self, job: dict[str, Any]) -> dict[str, Any]:
+        # Merge-patched as it is built (the Training Operator allows spec changes), except what
+        # Kueue owns once the job exists: suspend and the queue label.
+        return scheduling.creation_only(job)

@@ -5,7 +5,9 @@ tests. ``<name>-eval`` is a ``batch/v1`` Job with the trainer's image, config vo
 environment (MLflow run, checkpoint URI, S3 credentials) plus ``SARL_DATA_URI`` (where
 ``sarl data prepare`` wrote ``benchmarks/<name>.parquet``), running
 ``python -m sarl_jobs.evaluate --config /etc/sarl/experiment.yaml``, which logs ``eval/...``
-metrics into the Experiment's MLflow run.
+metrics into the Experiment's MLflow run. With a Kueue queue (``spec.resources.queue`` or the
+platform's default) it carries the queue label and is created suspended, and its pod gets
+``spec.resources.priority_class`` (:mod:`sarl_operator.scheduling`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any, Final
 
 from sarl.integrations.cluster import EVAL_SUFFIX
 from sarl.spec.experiment import Experiment
-from sarl_operator import builders
+from sarl_operator import builders, scheduling
 
 EVAL_MODULE: Final = "sarl_jobs.evaluate"
 #: The benchmarks ``sarl_jobs.evaluate`` runs on a cluster; others (e.g. heldout) are the
@@ -59,12 +61,18 @@ def eval_job(
         "resources": resources,
     }
     pod = {"restartPolicy": "Never", **builders.job_pod(exp, container, pod_res.scratch_size)}
+    pod.update(scheduling.pod_priority(exp))
+    metadata = builders.meta(exp, eval_name(exp), namespace, "evaluation")
+    metadata["labels"].update(scheduling.job_labels(exp, platform))
+    spec: dict[str, Any] = {"backoffLimit": 0}
+    if scheduling.starts_suspended(exp, platform):  # Kueue unsuspends it on admission
+        spec["suspend"] = True
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": builders.meta(exp, eval_name(exp), namespace, "evaluation"),
+        "metadata": metadata,
         "spec": {
-            "backoffLimit": 0,
+            **spec,
             "template": {
                 "metadata": {
                     "labels": builders.labels(exp, "evaluation"),

@@ -18,8 +18,12 @@ create/resume/update of the spec, :func:`reconcile`:
    existing object with a child's name that another owner controls (the finished PyTorchJob of a
    deleted Experiment of the same name, not yet garbage-collected) is never adopted:
    ``ChildrenReady=False`` and a retry. The training job is created only once the
-   InferenceServices it calls report Ready (``InferenceReady``). A kind the cluster does not
-   serve (Training Operator or KServe not installed) ends Failed once, naming what to install;
+   InferenceServices it calls report Ready (``InferenceReady``). The training job is a
+   Kubeflow Trainer v2 TrainJob (:mod:`sarl_operator.trainjob`) or a Training Operator
+   PyTorchJob: ``spec.resources.job_kind``, ``auto`` resolved by discovery, chosen once and kept
+   in ``status.jobKind`` (:func:`choose_job_kind`). A kind the cluster does not serve (Trainer,
+   Training Operator or KServe not installed, or the chart's ClusterTrainingRuntime missing)
+   ends Failed once (``<Kind>Unavailable``), naming what to install;
 5. patches the status when it changed, with an Event per phase or condition transition.
 
 Served models are released (``spec.serving.release``, default ``on_completion``): once training
@@ -28,11 +32,12 @@ Experiment's InferenceServices (``InferenceReady=False``, reason ``Released``) a
 longer applies them (:func:`released`); a run whose job is gone again gets them back.
 
 A timer (every ``SARL_STATUS_INTERVAL_S`` s, default 30) runs :func:`refresh_status`: phase and
-conditions from the training job, lastStep/lastReward from the MLflow run (a failed read keeps
-the last values), and, once training Succeeded with cluster benchmarks in the spec, the
-evaluation Job (reported as condition ``Evaluated``). The work is in :func:`reconcile` and
-:func:`refresh_status`, which take the Kubernetes API and the MLflow client factory as
-arguments, so tests call them with fakes or point them at test servers.
+conditions from the training job (with a Kueue queue: phase ``Queued`` and condition
+``Admitted`` from its Workload, :func:`admission_condition`), lastStep/lastReward from the MLflow
+run (a failed read keeps the last values), and, once training Succeeded with cluster benchmarks
+in the spec, the evaluation Job (reported as condition ``Evaluated``). The work is in
+:func:`reconcile` and :func:`refresh_status`, which take the Kubernetes API and the MLflow
+client factory as arguments, so tests call them with fakes or point them at test servers.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
 from sarl.spec.secrets import redact_text
 from sarl.tracking.describe import run_description, study_run_params
-from sarl_operator import builders, evaluation
+from sarl_operator import builders, evaluation, scheduling, trainjob
 from sarl_operator.admission import allowed_registries, image_violations
 from sarl_operator.kube import (
     DynamicKubeApi,
@@ -90,6 +95,10 @@ REQUIREMENTS: Final[Mapping[str, str]] = {
     "PyTorchJob": "the Kubeflow Training Operator v1.7 or later (v1.9.0 tested), e.g. "
     "kubectl apply --server-side -k "
     '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0"',
+    "TrainJob": "Kubeflow Trainer v2.3.0, e.g. kubectl apply --server-side -k "
+    '"github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.3.0", and the '
+    f"ClusterTrainingRuntime {trainjob.RUNTIME_NAME} of the sarl-platform chart "
+    "(trainer.v2.runtime.enabled: true)",
     "InferenceService": "KServe v0.17 or later with its huggingface ServingRuntime (the "
     "operator serves embedding/judge models with vLLM --runner=pooling)",
 }
@@ -97,7 +106,11 @@ DEFAULT_IMAGES: Final[Mapping[str, str]] = {
     "verl": "ghcr.io/sarl-dev/sarl-verl:latest",
     "trl": "ghcr.io/sarl-dev/sarl-trl:latest",
 }
-JOB_BUILDER: Final[builders.JobBuilder] = builders.PyTorchJobBuilder()
+#: Training job builder per kind (``spec.resources.job_kind``, ``status.jobKind``).
+JOB_BUILDERS: Final[Mapping[str, builders.JobBuilder]] = {
+    "TrainJob": trainjob.TrainJobBuilder(),
+    "PyTorchJob": builders.PyTorchJobBuilder(),
+}
 
 #: (involved object, type "Normal"/"Warning", reason, message) -> None
 PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
@@ -222,7 +235,11 @@ def _patch_status(
     before = {c.get("type"): c.get("status") for c in current.get("conditions") or []}
     for cond in changes.get("conditions") or []:
         if cond["type"] in watched and before.get(cond["type"]) != cond["status"]:
-            warn = cond["status"] == "False" and cond.get("reason") != RELEASED
+            # Released served models and a job waiting in its Kueue queue are expected.
+            warn = cond["status"] == "False" and cond.get("reason") not in (
+                RELEASED,
+                scheduling.QUEUED,
+            )
             kind = "Warning" if warn else "Normal"
             message = f"{cond['type']}={cond['status']}: {cond.get('message', '')}".rstrip(": ")
             post_event(body, kind, str(cond.get("reason") or cond["type"]), message)
@@ -260,6 +277,59 @@ def ensure_tracking(
     return run_id, url, condition("TrackingReady", "True", "RunReady", f"MLflow run {run_id}")
 
 
+def choose_job_kind(api: KubeApi, exp: Experiment, body: Mapping[str, Any]) -> str:
+    """The kind of the Experiment's training job (a key of :data:`JOB_BUILDERS`), chosen once
+    and kept for the run, so a running Experiment never switches kind:
+
+    1. ``status.jobKind``, written by the first reconcile that chose it;
+    2. the kind of a job of the Experiment's name that it controls (an Experiment from before
+       ``status.jobKind``: its running PyTorchJob stays its job);
+    3. ``spec.resources.job_kind`` when it names a kind (not served: reconcile fails naming
+       what to install);
+    4. ``auto``: TrainJob when the cluster serves ``trainer.kubeflow.org/v1alpha1`` TrainJobs,
+       else PyTorchJob. Discovery is step 2's get: the client raises MissingApiError for a
+       kind the cluster does not serve.
+    """
+    meta = body["metadata"]
+    recorded = (body.get("status") or {}).get("jobKind")
+    if isinstance(recorded, str) and recorded in JOB_BUILDERS:
+        return recorded
+    served = []
+    for kind, builder in JOB_BUILDERS.items():
+        try:
+            current = api.get(builder.api_version, kind, meta["namespace"], exp.name)
+        except MissingApiError:
+            continue
+        if controlled_by(current, meta["uid"]):
+            return kind
+        served.append(kind)
+    wanted = exp.spec.resources.job_kind
+    if wanted != "auto":
+        return wanted
+    return trainjob.KIND if trainjob.KIND in served else "PyTorchJob"
+
+
+def _unavailable(
+    body: Mapping[str, Any],
+    patch: MutableMapping[str, Any],
+    post_event: PostEvent,
+    kind: str,
+    message: str,
+) -> kopf.PermanentError:
+    """Fail the Experiment once for a missing dependency (reason ``<kind>Unavailable``)."""
+    generation = body["metadata"].get("generation")
+    failed = failed_status(message, generation, _now(), reason=f"{kind}Unavailable")
+    _patch_status(body, patch, failed, post_event)
+    return kopf.PermanentError(message)
+
+
+def _missing_api_message(e: MissingApiError, exp: Experiment) -> str:
+    message = f"{e}: install {REQUIREMENTS.get(e.kind, 'the CRD of ' + e.kind)}"
+    if e.kind == "PyTorchJob" and exp.spec.resources.job_kind == "auto":
+        message += f"; or {REQUIREMENTS[trainjob.KIND]}"
+    return message
+
+
 def reconcile(
     body: Mapping[str, Any],
     patch: MutableMapping[str, Any],
@@ -289,6 +359,8 @@ def reconcile(
         _patch_status(body, patch, failed_status(message, generation, _now()), post_event)
         raise kopf.PermanentError(message) from e
     ready = condition("Ready", "True", "SpecValid")
+    kind = choose_job_kind(api, exp, body)
+    builder = JOB_BUILDERS[kind]
     try:
         run_id, url, tracking = ensure_tracking(body, exp, settings, tracker_factory)
     except TrackingError as e:
@@ -301,22 +373,28 @@ def reconcile(
             settings=settings,
             post_event=post_event,
             conditions=[ready, down],
+            job_kind=kind,
         )
         raise kopf.TemporaryError(str(e), delay=TRACKING_RETRY_DELAY_S) from e
-    job = JOB_BUILDER.build(
-        exp,
-        namespace,
-        image=settings.image_of(exp),
-        mlflow_run_id=run_id,
-        tracking_uri=settings.tracking_uri_of(exp),
-        platform=platform,
-    )
+    try:
+        job = builder.build(
+            exp,
+            namespace,
+            image=settings.image_of(exp),
+            mlflow_run_id=run_id,
+            tracking_uri=settings.tracking_uri_of(exp),
+            platform=platform,
+        )
+    except ValueError as e:  # a spec field the chosen kind cannot express
+        message = redact_text(str(e))
+        _patch_status(body, patch, failed_status(message, generation, _now()), post_event)
+        raise kopf.PermanentError(message) from e
     own = [ready, tracking]
 
     def wait(cond: dict[str, Any], message: str) -> kopf.TemporaryError:
         refresh_status(
             body, patch, api, exp=exp, settings=settings, post_event=post_event,
-            conditions=[*own, cond], run_id=run_id, run_url=url,
+            conditions=[*own, cond], run_id=run_id, run_url=url, job_kind=kind,
         )  # fmt: skip
         return kopf.TemporaryError(message, delay=settings.retry_delay_s)
 
@@ -338,14 +416,19 @@ def reconcile(
             # Gate creation only: a job that runs already is not stopped by a service restart.
             if inference["status"] != "True" and not controlled_by(current, meta["uid"]):
                 raise wait(inference, inference["message"])
-        _apply(api, job, meta, body, post_event)
+        if current is None and kind == trainjob.KIND and not _runtime_exists(api):
+            message = (
+                f"ClusterTrainingRuntime {trainjob.RUNTIME_NAME} not found: install "
+                f"{REQUIREMENTS[trainjob.KIND]}"
+            )
+            raise _unavailable(body, patch, post_event, kind, message)
+        # An existing job gets only what may change on it (TrainJob: its metadata).
+        _apply(api, job if current is None else builder.update(job), meta, body, post_event)
     except ForeignOwnerError as e:
         raise wait(condition("ChildrenReady", "False", "NameInUse", str(e)), str(e)) from e
     except MissingApiError as e:
-        message = f"{e}: install {REQUIREMENTS.get(e.kind, 'the CRD of ' + e.kind)}"
-        failed = failed_status(message, generation, _now(), reason=f"{e.kind}Unavailable")
-        _patch_status(body, patch, failed, post_event)
-        raise kopf.PermanentError(message) from e
+        message = _missing_api_message(e, exp)
+        raise _unavailable(body, patch, post_event, e.kind, message) from e
     own.append(condition("ChildrenReady", "True", "Applied"))
     refresh_status(
         body,
@@ -357,7 +440,15 @@ def reconcile(
         conditions=own,
         run_id=run_id,
         run_url=url,
+        job_kind=kind,
     )
+
+
+def _runtime_exists(api: KubeApi) -> bool:
+    """Whether the chart's ClusterTrainingRuntime exists (the Trainer's webhook refuses a
+    TrainJob whose runtime does not; checking first names the fix)."""
+    found = api.get(trainjob.API_VERSION, trainjob.RUNTIME_KIND, "", trainjob.RUNTIME_NAME)
+    return found is not None
 
 
 def _apply(
@@ -493,6 +584,29 @@ def _evaluation(
     return eval_condition(current)
 
 
+def admission_condition(api: KubeApi, job: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``Admitted`` from the Kueue Workload of the training ``job`` (ours), found by the
+    ``kueue.x-k8s.io/job-uid`` label Kueue sets and its controller reference
+    (:func:`~sarl_operator.scheduling.workload_state`); None when the job has no queue label
+    (not Kueue-managed: no Workload is read)."""
+    labels = ((job or {}).get("metadata") or {}).get("labels") or {}
+    queue = labels.get(scheduling.QUEUE_LABEL)
+    if job is None or not queue:
+        return None
+    meta = job["metadata"]
+    uid = str(meta.get("uid") or "")
+    try:
+        found = api.list(
+            scheduling.WORKLOAD_API_VERSION,
+            scheduling.WORKLOAD_KIND,
+            meta["namespace"],
+            f"{scheduling.JOB_UID_LABEL}={uid}",
+        )
+    except MissingApiError:
+        return scheduling.kueue_unavailable(str(queue))
+    return scheduling.workload_state(scheduling.owned_workloads(found, uid), str(queue))
+
+
 def read_progress(settings: Settings, exp: Experiment, run_id: str) -> Progress | None:
     """Latest step/reward of the run; None (keep the last values) when there is no run or the
     read fails (logged as a warning: the timer tries again next interval)."""
@@ -518,16 +632,22 @@ def refresh_status(
     run_id: str | None = None,
     run_url: str | None = None,
     progress: Progress | None = None,
+    job_kind: str | None = None,
 ) -> None:
     """Read the training (and evaluation) job and patch the Experiment status when it changed.
-    ``run_id``/``run_url`` None: those of the current status."""
+    ``run_id``/``run_url`` None: those of the current status; ``job_kind`` None: chosen by
+    :func:`choose_job_kind` (``status.jobKind`` once reconcile wrote it)."""
     meta, status = body["metadata"], body.get("status") or {}
     run_id = status.get("mlflowRunId", "") if run_id is None else run_id
     run_url = status.get("mlflowRunUrl", "") if run_url is None else run_url
-    job = api.get(JOB_BUILDER.api_version, JOB_BUILDER.kind, meta["namespace"], exp.name)
+    kind = job_kind or choose_job_kind(api, exp, body)
+    job = api.get(JOB_BUILDERS[kind].api_version, kind, meta["namespace"], exp.name)
     if not controlled_by(job, meta["uid"]):
         job = None  # another owner's job of the same name: its phase is not ours
     own = list(conditions)
+    admitted = admission_condition(api, job)
+    if admitted is not None:
+        own.append(admitted)
     evaluated = None
     if job_phase(job) == "Succeeded" and evaluation.cluster_benchmarks(exp):
         evaluated = _evaluation(body, api, exp, settings, str(run_id or ""))
@@ -546,6 +666,8 @@ def refresh_status(
         conditions=own,
         current=status,
         now=_now(),
+        job_kind=kind,
+        queued=scheduling.waiting_for_admission(job),
     )
     _patch_status(body, patch, desired, post_event)
 
@@ -600,7 +722,11 @@ def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         exp = experiment_from_body(body, settings.platform)
     except SpecError:
         return  # reported once by on_experiment; nothing to watch
-    run_id = str((body.get("status") or {}).get("mlflowRunId") or "")
+    status = body.get("status") or {}
+    run_id = str(status.get("mlflowRunId") or "")
+    # A job waiting for Kueue has logged nothing: no MLflow read (a Study queues many runs at
+    # once, each polled every interval). None keeps the last values.
+    queued = status.get("phase") == "Queued"
     try:
         refresh_status(
             body,
@@ -609,7 +735,7 @@ def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
             exp=exp,
             settings=settings,
             post_event=_kopf_event,
-            progress=read_progress(settings, exp, run_id),
+            progress=None if queued else read_progress(settings, exp, run_id),
         )
     except MissingApiError:
         return  # reported once by on_experiment (Failed, naming what to install)

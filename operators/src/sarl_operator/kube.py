@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -53,7 +54,7 @@ def controlled_by(obj: Mapping[str, Any] | None, owner_uid: str) -> bool:
 
 
 class KubeApi(Protocol):
-    """Get, create, merge-patch and delete namespaced objects (implemented by
+    """Get, create, merge-patch, delete and list namespaced objects (implemented by
     :class:`DynamicKubeApi`)."""
 
     def get(
@@ -65,6 +66,10 @@ class KubeApi(Protocol):
     def patch(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool: ...
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str = ""
+    ) -> list[dict[str, Any]]: ...
 
 
 class DynamicKubeApi:
@@ -91,17 +96,24 @@ class DynamicKubeApi:
         cache_file = os.path.join(self._cache_dir.name, "discovery.json")
         self._client = dynamic.DynamicClient(api_client, cache_file=cache_file)
         self._timeout_s = timeout_s
+        # kopf runs sync handlers and timers in threads, and the client's discovery cache is a
+        # plain dict that invalidate_cache() rebuilds: a lookup racing an invalidation (a kind
+        # the cluster does not serve, e.g. TrainJob or Workload, invalidates on every call)
+        # fails with KeyError 'resources' or 'apis' and leaves the cache broken for good.
+        self._discovery = threading.Lock()
 
     def _resource(self, api_version: str, kind: str) -> Any:
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-        try:
-            return self._client.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            # The client's discovery cache may predate a CRD installed since: look again once.
-            self._client.resources.invalidate_cache()
+        resources = self._client.resources
+        with self._discovery:
             try:
-                return self._client.resources.get(api_version=api_version, kind=kind)
+                return resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError:
+                # The discovery cache may predate a CRD installed since: look again once.
+                resources.invalidate_cache()
+            try:
+                return resources.get(api_version=api_version, kind=kind)
             except ResourceNotFoundError:
                 raise MissingApiError(api_version, kind) from None
 
@@ -138,6 +150,17 @@ class DynamicKubeApi:
             _request_timeout=self._timeout_s,
         )
         return dict(out.to_dict())
+
+    def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """The objects of ``kind`` in ``namespace`` matching ``label_selector`` (empty: all)."""
+        res = self._resource(api_version, kind)
+        kwargs: dict[str, Any] = {"namespace": namespace, "_request_timeout": self._timeout_s}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        items = res.get(**kwargs).to_dict().get("items") or []
+        return [dict(item) for item in items]
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Delete the object (background propagation); False when it was already gone."""

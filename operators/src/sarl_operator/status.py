@@ -5,12 +5,14 @@ status fields are those of the CRD (charts/sarl-platform/crds/experiments.sarl.d
 generated from ``sarl.schemas.generate.ExperimentStatus``).
 
 Conditions come from two writers: the training job's own conditions are copied as they are
-(``Created``, ``Running``, ``Succeeded``...), and the operator adds its own types
+(a PyTorchJob's ``Created``, ``Running``, ``Succeeded``...; a TrainJob's ``Suspended``,
+``Complete``, ``Failed``), and the operator adds its own types
 (:data:`OPERATOR_CONDITIONS`: ``Ready`` for an invalid spec or a missing dependency,
 ``TrackingReady`` for the MLflow run, ``StorageReady`` for the S3 credentials Secret in the
 Experiment's namespace, ``InferenceReady`` for the InferenceServices training waits for,
-``ChildrenReady`` for a child name taken by an object that is not this Experiment's, and
-``Evaluated`` for the evaluation Job). ``InferenceReady`` turns False with reason
+``ChildrenReady`` for a child name taken by an object that is not this Experiment's,
+``Evaluated`` for the evaluation Job, and ``Admitted`` for the Kueue Workload of a job with a
+queue, :func:`sarl_operator.scheduling.workload_state`). ``InferenceReady`` turns False with reason
 :data:`RELEASED` once the run ended (:func:`run_ended`) and its InferenceServices were
 deleted. A writer that does not recompute one of the operator's conditions carries the current
 one over, so the timer does not erase what reconcile reported.
@@ -24,7 +26,7 @@ from typing import Any, Final, Literal
 from sarl.spec.secrets import redact_text
 from sarl_operator.tracking import Progress
 
-Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
+Phase = Literal["Pending", "Queued", "Running", "Succeeded", "Failed"]
 
 #: Kubeflow v1 job condition type -> Experiment phase; later entries win (terminal last).
 _PRECEDENCE: Final[Sequence[tuple[str, Phase]]] = (
@@ -35,15 +37,61 @@ _PRECEDENCE: Final[Sequence[tuple[str, Phase]]] = (
     ("Failed", "Failed"),
 )
 _CONDITION_KEYS: Final = ("type", "status", "reason", "message", "lastTransitionTime")
+#: ``kind`` of a Kubeflow Trainer v2 job (its status has no Created/Running conditions).
+TRAINJOB_KIND: Final = "TrainJob"
 OPERATOR_CONDITIONS: Final = frozenset(
-    {"Ready", "TrackingReady", "StorageReady", "InferenceReady", "ChildrenReady", "Evaluated"}
+    {
+        "Ready",
+        "TrackingReady",
+        "StorageReady",
+        "InferenceReady",
+        "ChildrenReady",
+        "Evaluated",
+        "Admitted",
+    }
 )
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 
+def trainjob_phase(job: Mapping[str, Any]) -> Phase:
+    """Phase of a Kubeflow Trainer v2 TrainJob. Its controller (v2.3.0
+    ``pkg/controller/trainjob_controller.go`` and the jobset plugin's ``Status``) sets only
+    ``Suspended``, ``Complete`` and ``Failed`` (trainjob_types.go), no Created or Running: Failed
+    → Failed, Complete → Succeeded, Suspended → Pending (Kueue has not admitted it); otherwise
+    Running once a child Job has all its pods ready (``status.jobsStatus[].ready``, which counts
+    ready and completed pods) or has succeeded, else Pending (pods being scheduled or pulled)."""
+    status = job.get("status") or {}
+    true_types = {
+        c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"
+    }
+    if "Failed" in true_types:
+        return "Failed"
+    if "Complete" in true_types:
+        return "Succeeded"
+    if "Suspended" in true_types:
+        return "Pending"
+    jobs = status.get("jobsStatus") or []
+    if any((j.get("ready") or 0) > 0 or (j.get("succeeded") or 0) > 0 for j in jobs):
+        return "Running"
+    return "Pending"
+
+
+def experiment_phase(job: Mapping[str, Any] | None, queued: bool = False) -> Phase:
+    """The Experiment's phase: :func:`job_phase`, except ``Queued`` while the job is not
+    finished and waits for Kueue (``queued``: suspended with a queue label, which Kueue lifts on
+    admission and sets again on eviction; the job's own conditions may still say Running)."""
+    phase = job_phase(job)
+    if queued and phase in ("Pending", "Running"):
+        return "Queued"
+    return phase
+
+
 def job_phase(job: Mapping[str, Any] | None) -> Phase:
-    """Phase from a PyTorchJob's ``status.conditions``: the strongest condition that is
-    ``True`` (Failed > Succeeded > Running/Restarting > Created); no job or none true → Pending."""
+    """Phase from the training job: a TrainJob's by :func:`trainjob_phase`; a PyTorchJob's from
+    its ``status.conditions``, the strongest condition that is ``True`` (Failed > Succeeded >
+    Running/Restarting > Created); no job or none true → Pending."""
+    if job is not None and job.get("kind") == TRAINJOB_KIND:
+        return trainjob_phase(job)
     conditions = ((job or {}).get("status") or {}).get("conditions") or []
     true_types = {c.get("type") for c in conditions if c.get("status") == "True"}
     phase: Phase = "Pending"
@@ -73,8 +121,9 @@ def batch_job_condition(
     job: Mapping[str, Any] | None, type_: str, reason_prefix: str, failed_message: str
 ) -> dict[str, Any]:
     """Condition ``type_`` from a batch/v1 Job: Complete → True, Failed → False, else Unknown;
-    reasons ``<prefix>Succeeded``, ``<prefix>Failed``, ``<prefix>Running``, ``<prefix>Pending``
-    (no Job yet, or not started)."""
+    reasons ``<prefix>Succeeded``, ``<prefix>Failed``, ``<prefix>Running``, ``<prefix>Queued``
+    (suspended: waiting for Kueue to admit it), ``<prefix>Pending`` (no Job yet, or not
+    started)."""
     status = (job or {}).get("status") or {}
     true_types = {
         c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"
@@ -85,7 +134,11 @@ def batch_job_condition(
         return condition(type_, "True", f"{reason_prefix}Succeeded")
     if job is None:
         return condition(type_, "Unknown", f"{reason_prefix}Pending")
-    reason = f"{reason_prefix}Running" if status.get("active") else f"{reason_prefix}Pending"
+    if status.get("active"):
+        return condition(type_, "Unknown", f"{reason_prefix}Running")
+    if ((job or {}).get("spec") or {}).get("suspend") is True:
+        return condition(type_, "Unknown", f"{reason_prefix}Queued")
+    reason = f"{reason_prefix}Pending"
     return condition(type_, "Unknown", reason)
 
 
@@ -161,12 +214,16 @@ def desired_status(
     conditions: Sequence[Mapping[str, Any]] = (),
     current: Mapping[str, Any] | None = None,
     now: str = "",
+    job_kind: str = "",
+    queued: bool = False,
 ) -> dict[str, Any]:
-    """The status the Experiment should show for this job.
+    """The status the Experiment should show for this job (``queued``: it waits for Kueue,
+    :func:`experiment_phase`).
 
     ``conditions`` are the operator conditions this writer computed; the other operator
     conditions of ``current`` are carried over. ``progress`` None leaves lastStep/lastReward out
-    of the result, so a patch keeps the last values.
+    of the result, so a patch keeps the last values. ``job_kind``: the kind of the training job
+    (``jobKind``; empty: left out).
     """
     current_conditions = list((current or {}).get("conditions") or [])
     own_types = {c["type"] for c in conditions}
@@ -176,7 +233,7 @@ def desired_status(
         if c.get("type") in OPERATOR_CONDITIONS and c.get("type") not in own_types
     ]
     out: dict[str, Any] = {
-        "phase": job_phase(job),
+        "phase": experiment_phase(job, queued),
         "observedGeneration": generation,
         "conditions": [
             *job_conditions(job),
@@ -184,6 +241,8 @@ def desired_status(
             *stamped(conditions, current_conditions, now),
         ],
     }
+    if job_kind:
+        out["jobKind"] = job_kind
     if checkpoint_uri:
         out["checkpointUri"] = checkpoint_uri
     if mlflow_run_url:

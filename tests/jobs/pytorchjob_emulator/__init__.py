@@ -58,8 +58,9 @@ How a replica runs (probed at run time, see :func:`namespaces_unavailable` and
 
 Not emulated: the Kubernetes API server (no objects, watches or status), images (the host's
 files are the container's), resource limits and GPUs, sidecars, init containers, elasticPolicy,
-``subPath`` and mount paths below ``/tmp`` (all refused), the workers' init container (it waits
-until the master's name resolves, which here it does from the start), Service environment
+``subPath`` and mount paths below ``/tmp`` (all refused), the workers' init containers (the
+Training Operator's and sarl's ``wait-for-master``: they wait until the master's name resolves,
+which here it does from the start), Service environment
 variables, cluster DNS (names resolve from the pods' /etc/hosts only, and the pods reach no DNS
 server: Ray's bundled gRPC client, c-ares, then fails to resolve them unless ``image_env`` sets
 ``GRPC_DNS_RESOLVER=native``), the kubelet's CrashLoopBackOff delay (``restart_delay_s``, 0 by

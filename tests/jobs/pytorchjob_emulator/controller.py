@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from sarl_operator.scheduling import MASTER_WAIT_CONTAINER
+
 UPSTREAM: Final = "kubeflow/training-operator v1.9.0"
 CONTAINER_NAME: Final = "pytorch"
 PORT_NAME: Final = "pytorchjob-port"
@@ -87,7 +89,10 @@ def validate(job: Mapping[str, Any]) -> None:
             raise EmulationError(f"{path}.replicas: Forbidden: must be 1")
         if rspec["replicas"] < 1:
             raise EmulationError(f"{path}.replicas: Forbidden: must be at least 1")
-        if len(containers) > 1 or pod.get("initContainers"):
+        # The operator's wait-for-master init container (sarl_operator.scheduling) waits until
+        # the Master's name resolves, which here it does from the start: nothing to run.
+        inits = [c.get("name") for c in pod.get("initContainers") or []]
+        if len(containers) > 1 or any(name != MASTER_WAIT_CONTAINER for name in inits):
             raise EmulationError(f"{path}: sidecars and init containers are not emulated")
         for mount in containers[0].get("volumeMounts") or []:
             where = f"{path}.volumeMounts[{mount.get('name')}]"
@@ -222,6 +227,15 @@ class Replica:
     env: dict[str, str]
     volume_mounts: tuple[dict[str, Any], ...]
     volumes: tuple[dict[str, Any], ...]
+    #: ``spec.hostname`` and ``spec.subdomain`` where they differ from the name (a Job's
+    #: indexed pods, :mod:`tests.jobs.trainjob_emulator`); None: the pod name, no subdomain.
+    hostname: str | None = None
+    subdomain: str | None = None
+
+    @property
+    def host(self) -> str:
+        """The pod's hostname (``HOSTNAME``, ``hostname``)."""
+        return self.hostname or self.name
 
 
 def _labels(

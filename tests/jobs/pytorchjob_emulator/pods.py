@@ -1,5 +1,7 @@
-"""Running a PyTorchJob's replicas as local processes: volumes, hosts files, private mount,
-UTS and PID namespaces, restarts as the controller does, and cleanup.
+"""Running a job's pods as local processes: volumes, hosts files, private mount, UTS and PID
+namespaces, and cleanup (:class:`PodRun`, :func:`running_pods`, shared with
+:mod:`tests.jobs.trainjob_emulator`), and the PyTorchJob controller's restarts and end
+(:class:`JobRun`, :func:`running_pytorchjob`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from tests.jobs.pytorchjob_emulator.controller import (
     LOOPBACK,
@@ -148,7 +150,7 @@ def _setup_script(pod: _Pod, attempt: Path) -> str:
         f"mount --bind {q(str(pod.root / 'hosts'))} /etc/hosts",
         # Last: the sources above may be in /tmp. rbind: it carries the checkout's mount.
         f"mount --rbind {q(str(fresh_tmp))} /tmp",
-        f"hostname {q(pod.replica.name)}",
+        f"hostname {q(pod.replica.host)}",
         "cd /",
         'exec "$@"',
     ]
@@ -167,7 +169,7 @@ def _exists(mount: Mapping[str, Any]) -> bool:
     return Path(mount["mountPath"]).exists()
 
 
-def _rewritten(pod: _Pod, pods: Sequence[_Pod]) -> tuple[list[str], dict[str, str]]:
+def _rewritten(pod: _Pod, pods: Sequence[_Pod], namespace: str) -> tuple[list[str], dict[str, str]]:
     """Without namespaces: mount paths -> host directories, pod names -> 127.0.0.1."""
     mounts = sorted(pod.replica.volume_mounts, key=lambda m: -len(m["mountPath"]))
 
@@ -176,33 +178,31 @@ def _rewritten(pod: _Pod, pods: Sequence[_Pod]) -> tuple[list[str], dict[str, st
             text = text.replace(mount["mountPath"], str(pod.volume_dirs[mount["name"]]))
         return text
 
-    names = {p.replica.name for p in pods}
+    names = {name for p in pods for name in dns_names(p.replica, namespace)}
     env = {k: LOOPBACK if v in names else paths(v) for k, v in pod.replica.env.items()}
     return [paths(a) for a in pod.replica.command], env
 
 
-class JobRun:
-    """The replicas of one PyTorchJob as processes; see :func:`running_pytorchjob`."""
+class PodRun:
+    """A job's pods as processes, and the loop that observes them: the kubelet's part. The
+    controller's part (what an exit means, when the job ends) is a subclass's :meth:`_exited`
+    and :meth:`_update_condition`."""
 
     def __init__(
         self,
-        job: Mapping[str, Any],
         pods: Sequence[_Pod],
         *,
+        namespace: str,
         namespaces: bool,
         base_env: Mapping[str, str],
         restart_delay_s: float,
     ) -> None:
-        self.job = job
         self.pods = {pod.replica.name: pod for pod in pods}
+        self.namespace = namespace
         self.namespaces = namespaces
         self.base_env = dict(base_env)
         self.restart_delay_s = restart_delay_s
         self.condition: str | None = None
-        self.deleted_running: set[str] = set()
-        run_policy = job["spec"]["runPolicy"]
-        self.backoff_limit: int | None = run_policy.get("backoffLimit")
-        self.clean_pod_policy: str = run_policy["cleanPodPolicy"]
 
     # -- one container --
 
@@ -214,7 +214,7 @@ class JobRun:
         pod.attempt += 1
         attempt = pod.attempt_dir()
         attempt.mkdir(parents=True)
-        env = {**self.base_env, "HOSTNAME": name, **pod.replica.env}
+        env = {**self.base_env, "HOSTNAME": pod.replica.host, **pod.replica.env}
         if self.namespaces:
             script = _setup_script(pod, attempt)
             # Its own PID namespace too: `ray stop` and friends see only this container, and when
@@ -226,7 +226,7 @@ class JobRun:
                 argv = ["ip", "netns", "exec", pod.netns, *argv]
             argv[0] = shutil.which(argv[0]) or argv[0]  # PATH below is the container's
         else:
-            argv, rewritten = _rewritten(pod, list(self.pods.values()))
+            argv, rewritten = _rewritten(pod, list(self.pods.values()), self.namespace)
             env.update(rewritten)
         with (attempt / "container.log").open("wb") as log:
             pod.process = subprocess.Popen(
@@ -276,10 +276,7 @@ class JobRun:
                 pod.process = None
                 pod.exit_codes.append(code)
                 if self.condition is None:
-                    if should_restart(pod.replica.restart_policy, code):
-                        pod.restart_at = now + self.restart_delay_s
-                    elif code != 0:
-                        self._finish("Failed")
+                    self._exited(pod, code, now)
             if pod.restart_at is not None and pod.restart_at <= now and self.condition is None:
                 pod.restart_at = None
                 self.start(name)
@@ -287,28 +284,13 @@ class JobRun:
             self._update_condition()
         return self.condition
 
-    def _update_condition(self) -> None:
-        restarts = sum(self.restarts.values())
-        if self.backoff_limit is not None and restarts >= max(self.backoff_limit, 1):
-            self._finish("Failed")  # PastBackoffLimit
-            return
-        masters = [p for p in self.pods.values() if p.replica.replica_type == "Master"]
-        deciding = masters or list(self.pods.values())
-        if all(p.process is None and p.exit_codes[-1:] == [0] for p in deciding):
-            self._finish("Succeeded")
+    def _exited(self, pod: _Pod, code: int, now: float) -> None:
+        """Pod ``pod``'s container exited with ``code`` while the job runs."""
+        raise NotImplementedError
 
-    def _finish(self, condition: str) -> None:
-        """The job's end: pods deleted by ``cleanPodPolicy`` as v1.9.4 does (a kept pod that
-        still runs goes on running, holding its resources)."""
-        self.condition = condition
-        for name, pod in self.pods.items():
-            active = pod.process is not None or pod.restart_at is not None
-            phase = "Running" if active else "Succeeded" if pod.exit_codes[-1:] == [0] else "Failed"
-            pod.restart_at = None
-            if deleted_when_finished(self.clean_pod_policy, phase):
-                if phase == "Running":
-                    self.deleted_running.add(name)
-                self._delete(name)
+    def _update_condition(self) -> None:
+        """Set :attr:`condition` once the job has ended."""
+        raise NotImplementedError
 
     @property
     def restarts(self) -> dict[str, int]:
@@ -346,17 +328,8 @@ class JobRun:
         if not self._run_until(predicate, timeout_s, poll_s):
             raise RuntimeError(f"the job ended first ({self.condition}): {self.describe()}")
 
-    def wait(self, *, timeout_s: float, poll_s: float = 0.5) -> JobResult:
-        """Run the controller until no container runs or will restart; TimeoutError (with each
-        pod's log tail) after ``timeout_s``."""
-        self._run_until(lambda: False, timeout_s, poll_s)
-        codes = {name: pod.exit_codes[-1] for name, pod in self.pods.items() if pod.exit_codes}
-        return JobResult(
-            self.condition or "Unknown", codes, self.restarts, frozenset(self.deleted_running)
-        )
-
     def stop_all(self) -> None:
-        """SIGKILL every container (also on exit of :func:`running_pytorchjob`)."""
+        """SIGKILL every container (also on exit of :func:`running_pods`)."""
         for name in self.pods:
             self._delete(name)
 
@@ -387,17 +360,167 @@ class JobRun:
         return "".join(out)
 
 
+class JobRun(PodRun):
+    """The replicas of one PyTorchJob as processes; see :func:`running_pytorchjob`."""
+
+    def __init__(self, job: Mapping[str, Any], pods: Sequence[_Pod], **kwargs: Any) -> None:
+        super().__init__(pods, **kwargs)
+        self.job = job
+        self.deleted_running: set[str] = set()
+        run_policy = job["spec"]["runPolicy"]
+        self.backoff_limit: int | None = run_policy.get("backoffLimit")
+        self.clean_pod_policy: str = run_policy["cleanPodPolicy"]
+
+    def _exited(self, pod: _Pod, code: int, now: float) -> None:
+        if should_restart(pod.replica.restart_policy, code):
+            pod.restart_at = now + self.restart_delay_s
+        elif code != 0:
+            self._finish("Failed")
+
+    def _update_condition(self) -> None:
+        restarts = sum(self.restarts.values())
+        if self.backoff_limit is not None and restarts >= max(self.backoff_limit, 1):
+            self._finish("Failed")  # PastBackoffLimit
+            return
+        masters = [p for p in self.pods.values() if p.replica.replica_type == "Master"]
+        deciding = masters or list(self.pods.values())
+        if all(p.process is None and p.exit_codes[-1:] == [0] for p in deciding):
+            self._finish("Succeeded")
+
+    def _finish(self, condition: str) -> None:
+        """The job's end: pods deleted by ``cleanPodPolicy`` as v1.9.4 does (a kept pod that
+        still runs goes on running, holding its resources)."""
+        self.condition = condition
+        for name, pod in self.pods.items():
+            active = pod.process is not None or pod.restart_at is not None
+            phase = "Running" if active else "Succeeded" if pod.exit_codes[-1:] == [0] else "Failed"
+            pod.restart_at = None
+            if deleted_when_finished(self.clean_pod_policy, phase):
+                if phase == "Running":
+                    self.deleted_running.add(name)
+                self._delete(name)
+
+    def wait(self, *, timeout_s: float, poll_s: float = 0.5) -> JobResult:
+        """Run the controller until no container runs or will restart; TimeoutError (with each
+        pod's log tail) after ``timeout_s``."""
+        self._run_until(lambda: False, timeout_s, poll_s)
+        codes = {name: pod.exit_codes[-1] for name, pod in self.pods.items() if pod.exit_codes}
+        return JobResult(
+            self.condition or "Unknown", codes, self.restarts, frozenset(self.deleted_running)
+        )
+
+
+def dns_names(replica: Replica, namespace: str) -> list[str]:
+    """The names another pod reaches ``replica`` by: its Service's (the PyTorchJob's replicas) or,
+    with a subdomain, its hostname's in the headless Service (a bare hostname of another pod
+    does not resolve: the DNS search path appends ``<namespace>.svc.cluster.local``)."""
+    if replica.subdomain is None:
+        base = replica.name
+        return [base, f"{base}.{namespace}", f"{base}.{namespace}.svc", _fqdn(base, namespace)]
+    base = f"{replica.host}.{replica.subdomain}"
+    return [_fqdn(base, namespace), base, f"{base}.{namespace}", f"{base}.{namespace}.svc"]
+
+
+def _fqdn(name: str, namespace: str) -> str:
+    return f"{name}.{namespace}.svc.cluster.local"
+
+
 def _hosts(pods: Sequence[_Pod], own: _Pod, namespace: str) -> str:
+    """The pod's /etc/hosts: the kubelet's (localhost; the pod's own hostname, with its FQDN when
+    it has a subdomain), then the other pods' DNS names (cluster DNS, emulated)."""
     lines = [
-        "# Kubernetes-managed hosts file (emulated: the pod, and the replica Services).",
+        "# Kubernetes-managed hosts file (emulated: the pod, and the other pods' DNS names).",
         "127.0.0.1\tlocalhost",
         "::1\tlocalhost ip6-localhost ip6-loopback",
     ]
     for pod in sorted(pods, key=lambda p: p is not own):
-        name = pod.replica.name
-        fqdn = f"{name}.{namespace}.svc.cluster.local"
-        lines.append(f"{pod.address}\t{name} {name}.{namespace} {name}.{namespace}.svc {fqdn}")
+        names = dns_names(pod.replica, namespace)
+        if pod is own and pod.replica.subdomain is not None:
+            names = [names[0], pod.replica.host, *names[1:]]
+        lines.append(f"{pod.address}\t{' '.join(names)}")
     return "\n".join(lines) + "\n"
+
+
+def make_volumes(pod: _Pod, configmaps: Mapping[str, Mapping[str, str]]) -> None:
+    """Write pod ``pod``'s volumes afresh (a new pod's emptyDirs are empty) and its hosts file."""
+    volumes = pod.root / "volumes"
+    if volumes.exists():
+        shutil.rmtree(volumes)
+    for volume in pod.replica.volumes:
+        dest = volumes / volume["name"]
+        _write_volume(volume, dest, configmaps)
+        pod.volume_dirs[volume["name"]] = dest
+
+
+Run = TypeVar("Run", bound=PodRun)
+
+
+@contextlib.contextmanager
+def running_pods(
+    names: Sequence[str],
+    resolve: Callable[[Mapping[str, str]], Sequence[Replica]],
+    make_run: Callable[..., Run],
+    network: PodNetwork,
+    *,
+    namespace: str,
+    root: Path,
+    configmaps: Mapping[str, Mapping[str, str]],
+    python_bin: Path | None = None,
+    image_env: Mapping[str, str] | None = None,
+    restart_delay_s: float = 0.0,
+    namespaces: bool | None = None,
+) -> Iterator[Run]:
+    """Start pods ``names`` on ``network``; kill them all when the block exits. ``resolve``
+    gives each pod (in the order of ``names``) from the pods' IP addresses; ``make_run(pods,
+    **options)`` is the controller. ``configmaps`` maps a ConfigMap's name to its data; the
+    other arguments are :func:`running_pytorchjob`'s."""
+    use_namespaces = namespaces_unavailable() is None if namespaces is None else namespaces
+    if network.mode == "netns" and not use_namespaces:
+        raise EmulationError("a netns PodNetwork needs the containers' namespaces too")
+    placed = network.attach(names)
+    try:
+        ips = {name: address for name, (_, address) in placed.items()}
+        pods = [_Pod(r, *placed[r.name], root / r.name, {}) for r in resolve(ips)]
+        for pod in pods:
+            make_volumes(pod, configmaps)
+            pod.root.mkdir(parents=True, exist_ok=True)
+            (pod.root / "hosts").write_text(_hosts(pods, pod, namespace), encoding="utf-8")
+        bin_dir = python_bin or Path(sys.executable).parent
+        base_env = {
+            "PATH": f"{bin_dir}:{_SYSTEM_PATH}",
+            "HOME": os.environ.get("HOME", "/root"),
+            "LANG": "C.UTF-8",
+            **(image_env or {}),
+        }
+        run = make_run(
+            pods,
+            namespace=namespace,
+            namespaces=use_namespaces,
+            base_env=base_env,
+            restart_delay_s=restart_delay_s,
+        )
+        try:
+            for name in names:
+                run.start(name)
+            yield run
+        finally:
+            run.stop_all()
+    finally:
+        if network.mode == "netns":
+            errors = network.release([ns for ns, _ in placed.values() if ns])
+            if errors:
+                raise RuntimeError(f"pod network release: {'; '.join(errors)}")
+
+
+def configmap_data(
+    configmaps: Sequence[Mapping[str, Any]], namespace: str
+) -> dict[str, dict[str, str]]:
+    """ConfigMap objects of ``namespace`` by name: their ``data``."""
+    return {
+        cm["metadata"]["name"]: dict(cm.get("data") or {})
+        for cm in configmaps
+        if cm["metadata"].get("namespace", namespace) == namespace
+    }
 
 
 @contextlib.contextmanager
@@ -423,49 +546,20 @@ def running_pytorchjob(
     (default: namespaces where :func:`namespaces_unavailable` allows, else the path rewrite).
     """
     namespace = job.get("metadata", {}).get("namespace", "default")
-    cm_data = {
-        cm["metadata"]["name"]: dict(cm.get("data") or {})
-        for cm in configmaps
-        if cm["metadata"].get("namespace", namespace) == namespace
-    }
+    cm_data = configmap_data(configmaps, namespace)
     names = [r.name for r in replica_envs(job, secrets=secrets, configmaps=cm_data)]
-    use_namespaces = namespaces_unavailable() is None if namespaces is None else namespaces
-    if network.mode == "netns" and not use_namespaces:
-        raise EmulationError("a netns PodNetwork needs the containers' namespaces too")
-    placed = network.attach(names)
-    try:
-        ips = {name: address for name, (_, address) in placed.items()}
-        replicas = replica_envs(job, secrets=secrets, configmaps=cm_data, pod_ips=ips)
-        pods = [_Pod(r, placed[r.name][0], placed[r.name][1], root / r.name, {}) for r in replicas]
-        for pod in pods:
-            for volume in pod.replica.volumes:
-                dest = pod.root / "volumes" / volume["name"]
-                _write_volume(volume, dest, cm_data)
-                pod.volume_dirs[volume["name"]] = dest
-            pod.root.mkdir(parents=True, exist_ok=True)
-            (pod.root / "hosts").write_text(_hosts(pods, pod, namespace), encoding="utf-8")
-        bin_dir = python_bin or Path(sys.executable).parent
-        base_env = {
-            "PATH": f"{bin_dir}:{_SYSTEM_PATH}",
-            "HOME": os.environ.get("HOME", "/root"),
-            "LANG": "C.UTF-8",
-            **(image_env or {}),
-        }
-        run = JobRun(
-            apply_defaults(job),
-            pods,
-            namespaces=use_namespaces,
-            base_env=base_env,
-            restart_delay_s=restart_delay_s,
-        )
-        try:
-            for name in names:
-                run.start(name)
-            yield run
-        finally:
-            run.stop_all()
-    finally:
-        if network.mode == "netns":
-            errors = network.release([ns for ns, _ in placed.values() if ns])
-            if errors:
-                raise RuntimeError(f"pod network release: {'; '.join(errors)}")
+    defaulted = apply_defaults(job)
+    with running_pods(
+        names,
+        lambda ips: replica_envs(job, secrets=secrets, configmaps=cm_data, pod_ips=ips),
+        lambda pods, **options: JobRun(defaulted, pods, **options),
+        network,
+        namespace=namespace,
+        root=root,
+        configmaps=cm_data,
+        python_bin=python_bin,
+        image_env=image_env,
+        restart_delay_s=restart_delay_s,
+        namespaces=namespaces,
+    ) as run:
+        yield run

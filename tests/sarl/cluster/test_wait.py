@@ -65,7 +65,7 @@ def test_wait_times_out_with_the_current_state(
 
 @pytest.mark.parametrize("until", ["Done", ["Running", "Sleeping"], []])
 def test_wait_rejects_unknown_phases(client: ClusterClient, until: object) -> None:
-    with pytest.raises(ValueError, match="phases are Pending, Running, Succeeded, Failed"):
+    with pytest.raises(ValueError, match="phases are Pending, Queued, Running, Succeeded, Failed"):
         client.wait("x", until=until)  # type: ignore[arg-type]
 
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 #: Phases after which nothing changes any more.
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
-PHASES: Final = ("Pending", "Running", "Succeeded", "Failed")
+PHASES: Final = ("Pending", "Queued", "Running", "Succeeded", "Failed")
 
 
 @dataclass(frozen=True)

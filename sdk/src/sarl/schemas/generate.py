@@ -79,7 +79,7 @@ class ExperimentCondition(BaseModel):
 
     type: str = Field(
         description="Condition type: the training job's (Created, Running, Succeeded, Failed...) "
-        "or the operator's (Ready, TrackingReady, Evaluated)."
+        "or the operator's (Ready, TrackingReady, Evaluated, Admitted...)."
     )
     status: Literal["True", "False", "Unknown"]
     reason: str | None = Field(default=None, description="CamelCase reason of the last change.")
@@ -96,7 +96,11 @@ class ExperimentStatus(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    phase: Literal["Pending", "Running", "Succeeded", "Failed"] | None = None
+    phase: Literal["Pending", "Queued", "Running", "Succeeded", "Failed"] | None = Field(
+        default=None,
+        description="Pending until the training job runs; Queued while it is suspended waiting "
+        "for Kueue to admit it (condition Admitted says why); Running; Succeeded or Failed.",
+    )
     conditions: list[ExperimentCondition] = Field(
         default_factory=list,
         json_schema_extra={
@@ -111,6 +115,11 @@ class ExperimentStatus(BaseModel):
     mlflowRunId: str | None = Field(
         default=None,
         description="MLflow run the training job logs into (MLFLOW_RUN_ID); reused on reconcile.",
+    )
+    jobKind: Literal["TrainJob", "PyTorchJob"] | None = Field(
+        default=None,
+        description="Kind of the training job: Kubeflow Trainer v2 TrainJob or Training Operator "
+        "PyTorchJob (spec.resources.job_kind; 'auto' resolved once and kept for the run).",
     )
     checkpointUri: str | None = Field(default=None, description="Last complete checkpoint.")
     lastStep: int | None = Field(default=None, ge=0, description="Last finished training step.")

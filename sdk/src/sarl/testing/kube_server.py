@@ -53,6 +53,21 @@ PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", subres
 ISVCS = Resource(
     "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService", subresources=_STATUS
 )
+#: Kubeflow Trainer v2 (not in :data:`SARL_RESOURCES`, a Training Operator v1 cluster: add
+#: :data:`TRAINER_V2_RESOURCES` to emulate a cluster with the Trainer installed).
+TRAINJOBS = Resource(
+    "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", subresources=_STATUS
+)
+CLUSTER_TRAINING_RUNTIMES = Resource(
+    "trainer.kubeflow.org",
+    "v1alpha1",
+    "clustertrainingruntimes",
+    "ClusterTrainingRuntime",
+    namespaced=False,
+)
+TRAINER_V2_RESOURCES: tuple[Resource, ...] = (TRAINJOBS, CLUSTER_TRAINING_RUNTIMES)
+#: Kueue's Workload (v0.19.2 storage version), read for the Experiment's Admitted condition.
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload", subresources=_STATUS)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 SECRETS = Resource("", "v1", "secrets", "Secret")
 PODS = Resource("", "v1", "pods", "Pod", subresources=("log", "status"))
@@ -71,6 +86,7 @@ SARL_RESOURCES: tuple[Resource, ...] = (
     EXPERIMENTS,
     PYTORCHJOBS,
     ISVCS,
+    WORKLOADS,
     CONFIGMAPS,
     SECRETS,
     PODS,

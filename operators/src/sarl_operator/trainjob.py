@@ -1,0 +1,177 @@
+"""Pure builder of the Kubeflow Trainer v2 ``TrainJob`` that runs an Experiment's training.
+
+Called by ``handlers`` (through :class:`TrainJobBuilder`, the :class:`~sarl_operator.builders.
+JobBuilder` chosen when ``spec.resources.job_kind`` resolves to ``TrainJob``) and by the tests;
+like :mod:`sarl_operator.builders`, nothing here talks to a cluster.
+
+The TrainJob ``<name>`` (``trainer.kubeflow.org/v1alpha1``, Kubeflow Trainer v2.3.0) runs
+against the ClusterTrainingRuntime :data:`RUNTIME_NAME` that the sarl-platform chart ships
+(charts/sarl-platform/templates/trainingruntime.yaml): one replicated job :data:`NODE` whose
+container :data:`NODE` the Trainer fills from ``spec.trainer`` (image, command, args, env,
+``resourcesPerNode``) and runs on ``numNodes`` indexed pods. Its torch plugin (v2.3.0
+``pkg/runtime/framework/plugins/torch/torch.go``) adds the ``PET_*`` rendezvous variables
+(:data:`TORCH_RESERVED_ENV`) to that container, from which the job code takes its node rank (the
+verl trainer starts its Ray head on rank 0); its webhook refuses a TrainJob that sets them.
+
+Everything else a training pod needs that ``spec.trainer`` has no field for (the config and
+scratch volumes and their mounts, node selector, tolerations, service account, image pull
+secrets, pod labels and annotations) goes in ``spec.runtimePatches``, v2.3.0's per-TrainJob
+override of the runtime's JobSet template (``trainjob_types.go``: ``RuntimePatch``, keyed by a
+domain-prefixed ``manager``, :data:`PATCH_MANAGER`), strategic-merged into the runtime template by
+the Trainer (``pkg/runtime/core/trainingruntime.go``, ``mergeRuntimePatches``). The pod pieces are
+those of :func:`sarl_operator.builders.job_pod`, the PyTorchJob's, so both kinds run the same pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sarl.spec.experiment import Experiment
+from sarl_operator import builders, scheduling
+
+API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
+KIND: Final = "TrainJob"
+#: The ClusterTrainingRuntime of charts/sarl-platform/templates/trainingruntime.yaml.
+RUNTIME_NAME: Final = "sarl-torch-distributed"
+RUNTIME_KIND: Final = "ClusterTrainingRuntime"
+#: Name of the runtime's trainer replicated job and of its container: the Trainer applies
+#: ``spec.trainer`` and the torch plugin its PET_* variables to the container of this name only
+#: (v2.3.0 ``pkg/constants/constants.go``: ``Node = "node"``).
+NODE: Final = "node"
+#: ``manager`` of the operator's entry in ``spec.runtimePatches`` (a domain-prefixed path, as
+#: the v2.3.0 jobset plugin's validation requires); Kueue adds its own entry beside it.
+PATCH_MANAGER: Final = "sarl.dev/operator"
+#: The variables the torch plugin sets on the ``node`` container and its webhook refuses in
+#: ``spec.trainer.env`` (v2.3.0 ``pkg/constants/constants.go``: ``TorchRunReservedEnvNames``).
+TORCH_RESERVED_ENV: Final = frozenset(
+    {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"}
+)
+
+
+def _runtime_patch(exp: Experiment, pod: dict[str, Any]) -> dict[str, Any]:
+    """The operator's ``runtimePatches`` entry: ``pod``'s settings other than the container's
+    image, command, args, env and resources (those are ``spec.trainer``'s), on the ``node``
+    replicated job's pod template."""
+    container = pod["containers"][0]
+    # The jobset plugin refuses env on the node container here (v2.3.0 jobset.go, Validate):
+    # it comes from spec.trainer.env.
+    pod_patch: dict[str, Any] = {
+        "volumes": pod["volumes"],
+        "containers": [{"name": NODE, "volumeMounts": container["volumeMounts"]}],
+    }
+    for key in ("serviceAccountName", "imagePullSecrets", "nodeSelector", "tolerations"):
+        if key in pod:
+            pod_patch[key] = pod[key]
+    node_template = {
+        "metadata": builders.trainer_pod_metadata(exp),
+        "spec": pod_patch,
+    }
+    replicated_job = {"name": NODE, "template": {"spec": {"template": node_template}}}
+    return {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [replicated_job]}}},
+    }
+
+
+def trainjob(
+    exp: Experiment,
+    namespace: str,
+    *,
+    image: str,
+    mlflow_run_id: str,
+    tracking_uri: str,
+    platform: builders.Platform = builders.DEFAULT_PLATFORM,
+) -> dict[str, Any]:
+    """TrainJob ``<name>``: ``nodes`` nodes of ``gpus_per_node`` processes each, with the
+    PyTorchJob's container, environment and pod settings (:func:`builders.pytorchjob`), and
+    Kueue's queue label and ``spec.suspend`` (:mod:`sarl_operator.scheduling`).
+
+    Raises ValueError for ``spec.resources.priority_class``: v2.3.0's ``PodSpecPatch`` has no
+    ``priorityClassName`` (nor ``schedulerName``: a gang scheduler's name is the runtime's, set by
+    the chart), so a TrainJob cannot give its pods a priority of their own."""
+    res = exp.spec.resources
+    if scheduling.pod_priority(exp):
+        raise ValueError(
+            f"spec.resources.priority_class={res.priority_class!r}: a TrainJob (Kubeflow Trainer "
+            "v2.3.0) cannot set its pods' priorityClassName (runtimePatches have no such field); "
+            "set spec.resources.job_kind: PyTorchJob to use it"
+        )
+    env = builders.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
+    pod = builders.job_pod(exp, builders.trainer_container(exp, NODE, image, env))
+    container = pod["containers"][0]
+    trainer = {
+        "image": container["image"],
+        "command": container["command"],
+        "args": container["args"],
+        # job_env plus what the scratch volume needs (TMPDIR..., POD_NAME for a claim).
+        "env": container["env"],
+        "numNodes": res.nodes,
+        # As the PyTorchJob's nprocPerNode; an int, where the Trainer's default "auto" would
+        # count CPUs on a node without GPUs.
+        "numProcPerNode": max(res.gpus_per_node, 1),
+        "resourcesPerNode": container["resources"],
+    }
+    metadata = builders.meta(exp, exp.name, namespace, "trainer")
+    metadata["labels"].update(scheduling.job_labels(exp, platform))
+    spec: dict[str, Any] = {
+        "runtimeRef": {
+            "name": RUNTIME_NAME,
+            "apiGroup": API_VERSION.split("/")[0],
+            "kind": RUNTIME_KIND,
+        },
+        "trainer": trainer,
+        "runtimePatches": [_runtime_patch(exp, pod)],
+    }
+    if scheduling.starts_suspended(exp, platform):  # Kueue unsuspends it on admission
+        spec["suspend"] = True
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+
+
+def existing_patch(job: dict[str, Any]) -> dict[str, Any]:
+    """What reconcile merge-patches onto a TrainJob that exists already: its metadata only.
+
+    ``spec.runtimeRef``, ``spec.trainer`` and ``spec.managedBy`` are immutable (v2.3.0 CRD
+    rules ``self == oldSelf``), ``spec.runtimePatches`` may change only while the TrainJob is
+    suspended (jobset plugin, ``checkRuntimePatchesImmutability``) and a merge patch of that list
+    would drop Kueue's entry, and ``spec.suspend`` and the queue label belong to Kueue once it
+    manages the job (:func:`sarl_operator.scheduling.creation_only`). A spec update therefore
+    shapes the next run (after the TrainJob is deleted), not this one."""
+    meta = job["metadata"]
+    return scheduling.creation_only(
+        {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta},
+        }
+    )
+
+
+@dataclass(frozen=True)
+class TrainJobBuilder:
+    """:class:`~sarl_operator.builders.JobBuilder` for the Kubeflow Trainer v2 ``TrainJob``."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+
+    def build(
+        self,
+        exp: Experiment,
+        namespace: str,
+        *,
+        image: str,
+        mlflow_run_id: str,
+        tracking_uri: str,
+        platform: builders.Platform,
+    ) -> dict[str, Any]:
+        return trainjob(
+            exp,
+            namespace,
+            image=image,
+            mlflow_run_id=mlflow_run_id,
+            tracking_uri=tracking_uri,
+            platform=platform,
+        )
+
+    def update(self, job: dict[str, Any]) -> dict[str, Any]:
+        return existing_patch(job)
