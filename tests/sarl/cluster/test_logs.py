@@ -89,6 +89,33 @@ def test_fallback_to_sarl_labels_and_pod_name(
     assert next(iter(client.logs("plain"))) == "log of plain-master-0"
 
 
+def _trainjob_labels(job: str, rank: int) -> dict[str, str]:
+    """What JobSet v0.12.0 (``labelAndAnnotateObject``) and the Indexed Job controller put on the
+    pod of node rank ``rank`` of the TrainJob ``job`` (Kubeflow Trainer v2.3.0 names its JobSet
+    after the TrainJob and its trainer replicated job ``node``), plus sarl's template labels."""
+    return {
+        "jobset.sigs.k8s.io/jobset-name": job,
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+        "jobset.sigs.k8s.io/job-index": "0",
+        "batch.kubernetes.io/job-completion-index": str(rank),
+        "sarl.dev/experiment": job,
+        "app.kubernetes.io/component": "trainer",
+    }
+
+
+def test_logs_of_a_trainjob_by_node_rank(
+    client: ClusterClient, server: KubeServer, kubeconfig: Any, ns: str
+) -> None:
+    """Pods of a Trainer v2 TrainJob (names ``<job>-node-0-<rank>-<suffix>``, no Training
+    Operator labels): the master is node rank 0, worker i node rank i + 1."""
+    client.submit(experiment_doc("tj"))
+    _pod(server, kubeconfig, ns, "tj-node-0-1-x7k2p", _trainjob_labels("tj", 1))
+    _pod(server, kubeconfig, ns, "tj-node-0-0-q9d4m", _trainjob_labels("tj", 0))
+    _pod(server, kubeconfig, ns, "other-node-0-0-aaaaa", _trainjob_labels("other", 0))
+    assert next(iter(client.logs("tj"))) == "log of tj-node-0-0-q9d4m"
+    assert next(iter(client.logs("tj", replica="worker", index=0))) == "log of tj-node-0-1-x7k2p"
+
+
 def test_no_pod_yet_names_the_phase(client: ClusterClient, server: KubeServer, ns: str) -> None:
     client.submit(experiment_doc("early"))
     set_status(server, ns, "early", {"phase": "Pending"})

@@ -4,10 +4,14 @@ Used by :meth:`sarl.cluster.client.ClusterClient.logs`. The operator runs an Exp
 ``NAME`` as the Kubeflow ``PyTorchJob`` ``NAME``; the Training Operator labels its pods with
 ``training.kubeflow.org/job-name=NAME``, ``training.kubeflow.org/replica-type=master|worker``
 (lower case) and ``training.kubeflow.org/replica-index=I`` (the constants of the
-``kubeflow-training`` SDK). Pods without those labels (another job runner) are found by the
-operator's own pod-template labels ``sarl.dev/experiment=NAME`` +
-``app.kubernetes.io/component=trainer`` and the Training Operator's pod name
-``NAME-<replica>-<index>``.
+``kubeflow-training`` SDK). Run as a Kubeflow Trainer v2 ``TrainJob`` ``NAME``, the pods are
+those of its JobSet (JobSet v0.12.0 ``jobset.sigs.k8s.io/jobset-name=NAME``,
+``jobset.sigs.k8s.io/replicatedjob-name=node``) whose Indexed Job gives each one
+``batch.kubernetes.io/job-completion-index=<node rank>`` (a pod label since Kubernetes 1.28), the
+rank the trainers read: the PyTorchJob's Master is node rank 0, Worker ``i`` node rank ``i + 1``.
+Pods without either set of labels (another job runner) are found by the operator's own
+pod-template labels ``sarl.dev/experiment=NAME`` + ``app.kubernetes.io/component=trainer`` and the
+Training Operator's pod name ``NAME-<replica>-<index>``.
 
 The label selector is sent to the API server; matches are checked again here, which costs
 nothing and keeps the choice right where a server ignores selectors (the test server does).
@@ -33,8 +37,13 @@ REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
 REPLICA_INDEX_LABEL: Final = "training.kubeflow.org/replica-index"
 EXPERIMENT_LABEL: Final = "sarl.dev/experiment"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
-#: The container the Training Operator requires in each replica (see operator builders).
-TRAINER_CONTAINER: Final = "pytorch"
+JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+COMPLETION_INDEX_LABEL: Final = "batch.kubernetes.io/job-completion-index"
+#: The replicated job (and container) of the trainer nodes in sarl's ClusterTrainingRuntime.
+TRAINJOB_NODE: Final = "node"
+#: The trainer container of a PyTorchJob replica and of a TrainJob node (see operator builders).
+TRAINER_CONTAINERS: Final = ("pytorch", TRAINJOB_NODE)
 
 
 def operator_selector(job: str, replica: str, index: int) -> dict[str, str]:
@@ -43,6 +52,21 @@ def operator_selector(job: str, replica: str, index: int) -> dict[str, str]:
         JOB_NAME_LABEL: job,
         REPLICA_TYPE_LABEL: replica.lower(),
         REPLICA_INDEX_LABEL: str(index),
+    }
+
+
+def node_rank(replica: str, index: int) -> int:
+    """The node rank of PyTorchJob replica ``replica`` #``index``: Master 0, Worker i -> i + 1
+    (the Training Operator's ``RANK``)."""
+    return index if replica.lower() == "master" else index + 1
+
+
+def trainjob_selector(job: str, replica: str, index: int) -> dict[str, str]:
+    """Labels of the TrainJob ``job``'s pod at the node rank of ``replica`` #``index``."""
+    return {
+        JOBSET_NAME_LABEL: job,
+        REPLICATED_JOB_LABEL: TRAINJOB_NODE,
+        COMPLETION_INDEX_LABEL: str(node_rank(replica, index)),
     }
 
 
@@ -68,7 +92,7 @@ def matching(pods: Iterable[Any], labels: Mapping[str, str]) -> list[Any]:
 def choose(
     operator_pods: list[Any], sarl_pods: list[Any], job: str, replica: str, index: int
 ) -> Any | None:
-    """The pod to read: the Training Operator's labelled pod, else the sarl-labelled pod named
+    """The pod to read: the job controller's labelled pod, else the sarl-labelled pod named
     ``<job>-<replica>-<index>``; the newest when several match (a replaced pod)."""
     if operator_pods:
         return _newest(operator_pods)
@@ -93,10 +117,13 @@ def started(pod: Any) -> bool:
 
 
 def container_of(pod: Any) -> str | None:
-    """The container to read: ``pytorch`` when the pod has several, else the only one."""
+    """The container to read: the trainer's (``pytorch`` or ``node``) when the pod has several,
+    else the only one."""
     names = [c.name for c in (pod.spec.containers or [])] if pod.spec else []
-    if len(names) > 1 and TRAINER_CONTAINER in names:
-        return TRAINER_CONTAINER
+    if len(names) > 1:
+        for name in TRAINER_CONTAINERS:
+            if name in names:
+                return name
     return None
 
 
@@ -162,10 +189,13 @@ class PodLogs:
 
     def find(self, job: str, ns: str, replica: str, index: int) -> Any | None:
         """The pod to read (see :func:`choose`), or None when there is none yet."""
-        by_operator = operator_selector(job, replica, index)
-        candidates = matching(self._list(ns, by_operator), by_operator)
-        if candidates:
-            return choose(candidates, [], job, replica, index)
+        for selector in (
+            operator_selector(job, replica, index),
+            trainjob_selector(job, replica, index),
+        ):
+            candidates = matching(self._list(ns, selector), selector)
+            if candidates:
+                return choose(candidates, [], job, replica, index)
         by_sarl = sarl_selector(job)
         return choose([], matching(self._list(ns, by_sarl), by_sarl), job, replica, index)
 
