@@ -96,6 +96,7 @@ def test_child_names_follow_the_training_operator_and_kserve() -> None:
     exp = named("run", resources={"nodes": 3}, reward=SERVED_EMBEDDER)
     names = dict((name, what) for what, name in child_names(exp))
     assert {"run-config", "run-master-0", "run-worker-1", "run-eval"} <= names.keys()
+    assert "run-node-0-2" in names  # Trainer v2: the TrainJob's last node pod hostname
     assert "run-embedding-predictor" in names  # KServe: <isvc>-predictor
 
 
@@ -105,6 +106,8 @@ def test_child_names_follow_the_training_operator_and_kserve() -> None:
         # The preset's embedder is served (<name>-embedding-predictor): a reward without one.
         ({"reward": GROUND_TRUTH}, 63 - len("-master-0")),
         ({"reward": GROUND_TRUTH, "resources": {"nodes": 12}}, 63 - len("-worker-10")),
+        # A TrainJob's last node: <name>-node-0-10, one character more than -worker-9.
+        ({"reward": GROUND_TRUTH, "resources": {"nodes": 11}}, 63 - len("-node-0-10")),
         ({"reward": SERVED_EMBEDDER}, 63 - len("-embedding-predictor")),
     ],
 )

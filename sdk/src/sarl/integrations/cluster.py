@@ -68,6 +68,9 @@ def child_names(exp: Experiment) -> list[tuple[str, str]]:
     ]
     if nodes > 1:
         out.append(("PyTorchJob Worker pod/Service", f"{name}-worker-{nodes - 2}"))
+    # Kubeflow Trainer v2 (TrainJob): the JobSet's Job <name>-node-0 and its Indexed pods'
+    # hostnames <job>-<index>, a DNS label (JobSet v0.12.0, the Job controller).
+    out.append(("TrainJob node pod hostname", f"{name}-node-0-{nodes - 1}"))
     if served_embedders(exp):
         out.append(("embedding predictor Service", f"{name}{EMBEDDING_SUFFIX}{PREDICTOR_SUFFIX}"))
     reward = [term.model_dump(mode="json") for term in exp.spec.reward]
