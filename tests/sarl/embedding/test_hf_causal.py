@@ -89,6 +89,25 @@ def test_max_tokens_pools_the_first_tokens(tiny_policy_dir: Path, tiny_lm: tuple
     assert np.allclose(short.embed([text])[0], short.embed([head])[0], atol=1e-6)
 
 
+class _BosTokenizer:
+    """A tokenizer that puts BOS (id 1) in front when asked for special tokens, as Llama's and
+    Mistral's do: one token per character (its code point)."""
+
+    def __call__(self, texts: list[str], add_special_tokens: bool) -> dict[str, list[list[int]]]:
+        bos = [1] if add_special_tokens else []
+        return {"input_ids": [bos + [ord(c) for c in text] for text in texts]}
+
+
+@pytest.mark.parametrize("max_tokens", [3, 6, 64])
+def test_a_bos_is_never_pooled_even_past_max_tokens(max_tokens: int) -> None:
+    """The pooled positions are the string's own tokens, cut at ``max_tokens`` with the BOS
+    counted (it is in the sequence the model reads): never position 0, the BOS."""
+    embedder = HFCausalEmbedder("unused", max_tokens=max_tokens)  # the model loads lazily
+    (ids,), ((positions,),) = embedder._encode(_BosTokenizer(), ["abcde"])
+    assert ids == [1, *map(ord, "abcde")][:max_tokens]
+    assert positions.tolist() == list(range(1, min(6, max_tokens)))
+
+
 def test_errors_name_the_field(tiny_policy_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"embedder\.model: required"):
         make_embedder(EmbedderConfig(kind="hf_causal"))

@@ -134,9 +134,12 @@ class HFCausalEmbedder:
         bare = tokenizer(texts, add_special_tokens=False)["input_ids"]
         sequences: list[list[int]] = []
         pools: list[list[Positions]] = []
-        for i, (ids, own) in enumerate(zip(full, bare, strict=True)):
-            ids = list(ids)[: self.max_tokens]
-            start = _find(list(ids), list(own))
+        for i, (whole, own) in enumerate(zip(full, bare, strict=True)):
+            # Where the string's own tokens start is found before the cut: after it, a string
+            # longer than max_tokens no longer contains them whole and the search fell back to
+            # 0, pooling the BOS a tokenizer adds in front.
+            start = _find(list(whole), list(own))
+            ids = list(whole)[: self.max_tokens]
             positions = np.arange(start, min(start + len(own), len(ids)), dtype=np.intp)
             if positions.size == 0:  # the string is only special tokens: pool what there is
                 positions = np.arange(len(ids), dtype=np.intp)
