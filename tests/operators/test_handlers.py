@@ -543,3 +543,11 @@ def test_only_warnings_of_the_log_become_events_and_explicit_events_still_post()
     assert settings.posting.level == logging.WARNING
     assert "settings.posting.level" in inspect.getsource(posting.K8sPoster.filter)
     assert "posting.level" not in inspect.getsource(posting.event)
+
+
+@pytest.mark.parametrize(
+    ("phase", "reads"),
+    [("Queued", False), ("Pending", True), ("Running", True), ("Succeeded", True), (None, True)],
+)
+def test_a_queued_experiment_is_not_polled_in_mlflow(phase: str | None, reads: bool) -> None:
+    assert handlers.reads_progress({"phase": phase} if phase else {}) is reads

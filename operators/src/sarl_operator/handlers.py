@@ -607,6 +607,13 @@ def admission_condition(api: KubeApi, job: Mapping[str, Any] | None) -> dict[str
     return scheduling.workload_state(scheduling.owned_workloads(found, uid), str(queue))
 
 
+def reads_progress(status: Mapping[str, Any]) -> bool:
+    """Whether a status tick reads the run's metrics from MLflow: not while the job waits for
+    Kueue (phase Queued), which has logged nothing since it last ran — a Study queues many runs
+    at once, each ticking every interval. A skipped read keeps the last values."""
+    return status.get("phase") != "Queued"
+
+
 def read_progress(settings: Settings, exp: Experiment, run_id: str) -> Progress | None:
     """Latest step/reward of the run; None (keep the last values) when there is no run or the
     read fails (logged as a warning: the timer tries again next interval)."""
@@ -724,9 +731,6 @@ def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         return  # reported once by on_experiment; nothing to watch
     status = body.get("status") or {}
     run_id = str(status.get("mlflowRunId") or "")
-    # A job waiting for Kueue has logged nothing: no MLflow read (a Study queues many runs at
-    # once, each polled every interval). None keeps the last values.
-    queued = status.get("phase") == "Queued"
     try:
         refresh_status(
             body,
@@ -735,7 +739,7 @@ def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
             exp=exp,
             settings=settings,
             post_event=_kopf_event,
-            progress=None if queued else read_progress(settings, exp, run_id),
+            progress=read_progress(settings, exp, run_id) if reads_progress(status) else None,
         )
     except MissingApiError:
         return  # reported once by on_experiment (Failed, naming what to install)
