@@ -26,6 +26,7 @@ from tests.operators.cases import (
     TRACKING_URI,
     experiment_of,
 )
+from tests.operators.upstream_crds import strict
 
 CRD: Final = (
     Path(__file__).parent
@@ -37,32 +38,13 @@ CRD: Final = (
 KUEUE: Final = builders.Platform(**{**PLATFORM.__dict__, "default_queue": "shared"})
 
 
-def _strict(node: Any) -> Any:
-    """``additionalProperties: false`` wherever a schema lists properties and does not preserve
-    unknown fields."""
-    if isinstance(node, list):
-        return [_strict(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _strict(v) for k, v in node.items()}
-    if (
-        "properties" in out
-        and "additionalProperties" not in out
-        and not out.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        out["additionalProperties"] = False
-    return out
-
-
 @functools.cache
 def _validator() -> Any:
     import jsonschema
 
     doc = yaml.safe_load(CRD.read_text(encoding="utf-8"))
     (version,) = [v for v in doc["spec"]["versions"] if v["name"] == "v1"]
-    return jsonschema.Draft4Validator(
-        _as_json_schema(_strict(version["schema"]["openAPIV3Schema"]))
-    )
+    return jsonschema.Draft4Validator(_as_json_schema(strict(version["schema"]["openAPIV3Schema"])))
 
 
 def _exp(**resources: Any) -> Experiment:

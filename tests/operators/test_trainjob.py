@@ -35,28 +35,12 @@ from tests.operators.cases import (
     two_node_doc,
 )
 from tests.operators.test_handlers import SETTINGS, FakeApi, FakeTracker
+from tests.operators.upstream_crds import strict
 
 CRDS: Final = Path(__file__).resolve().parent / "fixtures" / "upstream" / "trainer-v2.3.0"
 LAYOUTS: Final = [(1, 8), (2, 8), (4, 1)]
 BACKENDS: Final = ["verl", "trl"]
 TRAINJOB_KEY: Final = ("trainer.kubeflow.org/v1alpha1", "TrainJob", NAMESPACE)
-
-
-def _strict(node: Any) -> Any:
-    """``node`` with ``additionalProperties: false`` wherever it lists properties and does not
-    preserve unknown fields: a field the CRD does not know fails validation."""
-    if isinstance(node, list):
-        return [_strict(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _strict(v) for k, v in node.items()}
-    if (
-        "properties" in out
-        and "additionalProperties" not in out
-        and not out.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        out["additionalProperties"] = False
-    return out
 
 
 @functools.cache
@@ -65,9 +49,7 @@ def _validator(plural: str) -> Any:
 
     doc = yaml.safe_load((CRDS / f"trainer.kubeflow.org_{plural}.yaml").read_text())
     (version,) = [v for v in doc["spec"]["versions"] if v["name"] == "v1alpha1"]
-    return jsonschema.Draft4Validator(
-        _as_json_schema(_strict(version["schema"]["openAPIV3Schema"]))
-    )
+    return jsonschema.Draft4Validator(_as_json_schema(strict(version["schema"]["openAPIV3Schema"])))
 
 
 def _errors(plural: str, obj: dict[str, Any]) -> list[str]:
