@@ -35,6 +35,8 @@ from tests.operators.cases import (
     two_node_doc,
 )
 from tests.operators.test_handlers import SETTINGS, FakeApi, FakeTracker
+from tests.operators.test_handlers import _body as handler_body
+from tests.operators.test_handlers import _reconcile as handler_reconcile
 from tests.operators.upstream_crds import strict
 
 CRDS: Final = Path(__file__).resolve().parent / "fixtures" / "upstream" / "trainer-v2.3.0"
@@ -328,20 +330,10 @@ def test_trainjob_conditions_are_copied() -> None:
 
 
 def _body(spec_resources: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The 2-node case's Experiment as the handlers get it, ``spec.resources`` updated."""
     doc = two_node_doc()
-    if spec_resources:
-        doc["spec"]["resources"].update(spec_resources)
-    return {
-        "apiVersion": doc["apiVersion"],
-        "kind": doc["kind"],
-        "metadata": {
-            "name": doc["metadata"]["name"],
-            "namespace": NAMESPACE,
-            "uid": "uid-1",
-            "generation": 1,
-        },
-        "spec": doc["spec"],
-    }
+    doc["spec"]["resources"].update(spec_resources or {})
+    return handler_body("sarl-grpo-math-2node", doc["spec"])
 
 
 def _with_runtime(api: FakeApi) -> FakeApi:
@@ -351,16 +343,7 @@ def _with_runtime(api: FakeApi) -> FakeApi:
 
 
 def _reconcile(body: dict[str, Any], api: FakeApi) -> dict[str, Any]:
-    patch: dict[str, Any] = {}
-    handlers.reconcile(
-        body,
-        patch,
-        api,
-        settings=SETTINGS,
-        post_event=lambda *_: None,
-        tracker_factory=lambda _uri: FakeTracker(),
-    )
-    return patch
+    return handler_reconcile(body, api, [])
 
 
 def _created(api: FakeApi) -> list[str]:
