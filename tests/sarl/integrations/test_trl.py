@@ -356,3 +356,41 @@ def test_grpo_trains_a_tiny_model_on_the_structure_reward(tmp_path: Path) -> Non
     assert len(logs) == 3
     assert all("structure/clustering" in h and "structure/num_steps" in h for h in logs)
     assert any(h["reward_std"] > 0 for h in logs)
+
+
+def test_log_metric_receives_reward_validity_per_reward() -> None:
+    """Every reward function logs validity/<reward>/... when the batch has ground truths: here a
+    format-like reward (response length) against boxed-answer correctness, two prompts of 3."""
+    log = MetricLog()
+    func = make_trl_reward("ground_truth", {})
+    completions = ["\\boxed{4}", "\\boxed{5}", "none", "\\boxed{7}", "\\boxed{7}", "\\boxed{1}"]
+    func(
+        prompts=["P1"] * 3 + ["P2"] * 3,
+        completions=completions,
+        ground_truth=["4", "4", "4", "7", "7", "7"],
+        log_metric=log,
+    )
+    # ground_truth scores are correctness itself: AUROC 1, every within-group pair agrees.
+    assert log.values["validity/ground_truth/auroc"] == [1.0]
+    assert log.values["validity/ground_truth/pair_agreement"] == [1.0]
+    assert log.values["validity/ground_truth/pair_ties"] == [0.0]
+
+    log = MetricLog()
+    group = GroupSizeReward()  # scores every sample with its group size: ties within groups
+    make_trl_reward(reward=group)(
+        prompts=["P1"] * 3 + ["P2"] * 2,
+        completions=completions[:5],
+        ground_truth=["4", "4", "4", "7", "7"],
+        log_metric=log,
+    )
+    # P1: correct {3} vs incorrect {3, 3} -> 2 tied pairs; P2 has no incorrect response.
+    assert log.values["validity/group_size/pair_ties"] == [1.0]
+    assert log.values["validity/group_size/pair_agreement"] == [0.0]
+    # batch: correct {3, 2, 2} vs incorrect {3, 3}: 2 ties and 4 losses -> (0 + 1) / 6
+    assert log.values["validity/group_size/auroc"] == [pytest.approx(1 / 6)]
+
+
+def test_no_validity_without_ground_truth() -> None:
+    log = MetricLog()
+    structure_func()(prompts=["P"] * len(PLAIN), completions=PLAIN, log_metric=log)
+    assert not any(k.startswith("validity/") for k in log.values)

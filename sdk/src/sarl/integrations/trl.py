@@ -38,6 +38,12 @@ What this adapter does with them:
   e.g. ``structure/clustering``. TRL averages these per logging step across processes and writes
   them next to its ``rewards/sarl_structure/mean``. Without ``log_metric`` (called outside TRL)
   nothing is logged.
+* Reward validity: when every completion of the batch has a ground truth, the reward's AUROC
+  against correctness over the batch and its pairwise agreement within each prompt's group
+  (:mod:`sarl.evaluation.validity`) go to ``log_metric`` as ``validity/<reward>/auroc``,
+  ``validity/<reward>/pair_agreement`` and ``validity/<reward>/pair_ties`` — for every reward
+  function, so a weight-0 reward is measured too. TRL averages them over the step's scoring
+  batches (one per gradient-accumulation micro-step and process).
 * ``None``: TRL reads ``None`` as "this reward does not apply to this sample" and leaves it out of
   that sample's reward sum. The adapter returns ``None`` exactly where the reward itself says a
   score is undefined (a NaN score); the structure reward always scores (degenerate maps get
@@ -73,8 +79,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from sarl.embedding.policy import PolicyEmbedder
+from sarl.evaluation.validity import correctness_flags, validity
 from sarl.rewards.base import Reward, RewardOutput, Sample
+from sarl.rewards.math_answer import response_correct
 from sarl.rewards.registry import create_reward
+from sarl.tracking.metrics import validity_metric
 
 Message = Mapping[str, Any]
 #: A TRL prompt or completion: plain text, or a list of chat messages.
@@ -145,6 +154,7 @@ class TRLRewardFunc:
             outputs = self._score([samples[a:b] for a, b in spans])
         if log_metric is not None:
             log_component_means(outputs, self.reward, log_metric)
+            log_validity(outputs, samples, spans, self.reward, log_metric)
         return [None if math.isnan(o.score) else float(o.score) for o in outputs]
 
     def _truncation(
@@ -375,6 +385,28 @@ def _sample(
         ground_truth=None if truth is None else str(truth),
         extra=row,
     )
+
+
+def log_validity(
+    outputs: Sequence[RewardOutput],
+    samples: Sequence[Sample],
+    spans: Sequence[tuple[int, int]],
+    reward: Reward,
+    log_metric: LogMetric,
+) -> None:
+    """Send the batch's reward-validity figures (:mod:`sarl.evaluation.validity`) to TRL.
+
+    Only when every sample has a ground truth; a figure undefined for this batch (no correct or
+    no incorrect response) is not sent, so TRL's per-step mean is over the batches that define it.
+    """
+    truths = [s.ground_truth for s in samples]
+    correct = correctness_flags([s.response for s in samples], truths, response_correct)
+    if correct is None:
+        return
+    groups = [g for g, (a, b) in enumerate(spans) for _ in range(a, b)]
+    figures = validity([o.score for o in outputs], correct, groups).as_metrics()
+    for figure, value in figures.items():
+        log_metric(validity_metric(reward.name, figure), value)
 
 
 def log_component_means(

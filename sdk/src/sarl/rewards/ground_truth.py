@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from sarl.rewards.base import PerSampleReward, RewardOutput, Sample
-from sarl.rewards.math_answer import answers_equal, extract_answer
+from sarl.rewards.math_answer import extract_answer, response_correct
 from sarl.rewards.registry import register_reward
 
 COMPONENT_KEYS = ("has_answer", "correct")
@@ -51,11 +51,9 @@ class GroundTruthReward(PerSampleReward):
                 f"(prompt {sample.prompt[:80]!r}) has no ground truth; give the dataset a "
                 "'ground_truth' column"
             )
-        truth = extract_answer(sample.ground_truth) or sample.ground_truth
-        pred = extract_answer(sample.response)
         s = self._settings
-        if pred is None:
+        if extract_answer(sample.response) is None:
             return RewardOutput(s.missing_answer_score, {"has_answer": 0.0, "correct": 0.0})
-        if answers_equal(pred, truth):
+        if response_correct(sample.response, sample.ground_truth):
             return RewardOutput(s.correct_score, {"has_answer": 1.0, "correct": 1.0})
         return RewardOutput(s.wrong_score, {"has_answer": 1.0, "correct": 0.0})

@@ -202,3 +202,15 @@ def answers_equal(pred: str, truth: str) -> bool:
     if p_expr is not None and t_expr is not None:
         return p_expr == t_expr
     return p == t
+
+
+def response_correct(response: str, truth: str) -> bool:
+    """Whether ``response``'s last ``\\boxed{}`` answer equals ``truth`` (no answer: False).
+
+    A ``truth`` that itself holds ``\\boxed{}`` (a full MATH solution) is reduced to its boxed
+    answer first. The ``ground_truth`` reward's rule, shared with the reward-validity figures.
+    """
+    pred = extract_answer(response)
+    if pred is None:
+        return False
+    return answers_equal(pred, extract_answer(truth) or truth)

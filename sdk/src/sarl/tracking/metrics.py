@@ -39,10 +39,17 @@ RESPONSE_LENGTH = "response_length"
 KL = "kl"
 ENTROPY = "entropy"
 EVAL_PREFIX = "eval/"
+# Reward validity (sarl.evaluation.validity), per reward, weight 0 included:
+# validity/<reward>/auroc, validity/<reward>/pair_agreement, validity/<reward>/pair_ties.
+VALIDITY_PREFIX = "validity/"
+VALIDITY_FIGURES = ("auroc", "pair_agreement", "pair_ties")
 
 # Anything outside MLflow's portable name alphabet (Windows refuses the colon, so it goes too).
 _NOT_ALLOWED = re.compile(r"[^\w./\- ]")
 # eval/<benchmark>/avg_at_<k>, pass_at_<k>, answer_rate (the benchmark name is made safe first).
+_VALIDITY_KEY = re.compile(
+    r"^" + re.escape(VALIDITY_PREFIX) + r"(.+)/(" + "|".join(VALIDITY_FIGURES) + r")$"
+)
 _EVAL_KEY = re.compile(r"^" + re.escape(EVAL_PREFIX) + r".+/(?:(avg|pass)_at_(\d+)|answer_rate)$")
 
 
@@ -58,6 +65,13 @@ def metric_key(name: str) -> str:
 def reward_metric(reward_name: str) -> str:
     """The per-term reward metric, e.g. ``reward/structure``; dotted-path names are made safe."""
     return REWARD_PREFIX + metric_key(reward_name)
+
+
+def validity_metric(reward_name: str, figure: str) -> str:
+    """A reward-validity figure of one reward, e.g. ``validity/structure/auroc``."""
+    if figure not in VALIDITY_FIGURES:
+        raise ValueError(f"validity figure {figure!r}: expected one of {VALIDITY_FIGURES}")
+    return f"{VALIDITY_PREFIX}{metric_key(reward_name)}/{figure}"
 
 
 def eval_avg_at(benchmark: str, k: int) -> str:
@@ -189,4 +203,12 @@ def metric_info(key: str) -> MetricInfo:
         if kind == "pass":
             return MetricInfo(f"solved by any of {k} samples (share)", SHARE)
         return MetricInfo("answer rate (share answered)", SHARE)
+    if m := _VALIDITY_KEY.match(key):
+        reward, figure = m.group(1), m.group(2)
+        label = {
+            "auroc": f"{reward}: AUROC vs correctness (0.5 = chance)",
+            "pair_agreement": f"{reward}: correct > incorrect pairs in a group (share)",
+            "pair_ties": f"{reward}: tied correct/incorrect pairs in a group (share)",
+        }[figure]
+        return MetricInfo(label, SHARE)
     return MetricInfo(key)

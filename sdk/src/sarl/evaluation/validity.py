@@ -1,0 +1,214 @@
+"""Reward validity: does a reward rank correct responses above incorrect ones? Pure Python.
+
+Label-free rewards (structure, TTRL, EMPO, self-certainty, format+length) are only worth training
+on if they order a policy's own samples the way correctness does. Wherever ground truth is known
+(every math dataset), two figures say how far they do:
+
+* **AUROC** of the reward against correctness over a batch: the probability that a random correct
+  response scores above a random incorrect one, a tie counting one half (the Mann-Whitney U
+  statistic over ``n_correct * n_incorrect``). 0.5 is chance, 1 a perfect ranking, 0 a reversed
+  one. Undefined (``None``) when the batch holds no correct or no incorrect response.
+* **Within-group pairwise agreement**, what GRPO actually uses: its advantage compares each
+  response only with the other responses to the same prompt, so the question is whether, inside
+  one prompt's group, the reward puts the correct response above the incorrect one. Over all
+  (correct, incorrect) pairs of the same group, pooled over the batch's groups (each pair counts
+  once): ``agreement`` is the share ordered correctly, ``ties`` the share the reward cannot tell
+  apart (equal scores: zero advantage difference, no signal), and ``1 - agreement - ties`` the
+  share ordered the wrong way. Ties are counted apart, not as one half as in AUROC, because a
+  reward that ties everything (``agreement`` 0, ``ties`` 1) is useless to GRPO while one at
+  AUROC 0.5 by ties alone would look like chance. Undefined when no group holds both kinds.
+
+Conventions: scores are compared exactly (a tie is ``==``); a NaN score (the reward says it is
+undefined for that sample) leaves that sample out of both figures. Groups are given as one key
+per sample (the prompt, or any id); samples need not be contiguous.
+
+Called by the TRL adapter (``sarl.integrations.trl``: the figures of every reward, weight 0
+included, each scoring batch of local and TRL-job training), by the verl job's metrics hook, by
+``sarl reward diagnose`` (with :func:`bootstrap_intervals`) and by the Study report. Metric names
+are :func:`sarl.tracking.metrics.validity_metric`'s.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class PairCounts:
+    """(correct, incorrect) pairs of the same group, by how the reward orders them."""
+
+    agree: int = 0  # the correct response scores higher
+    disagree: int = 0  # the incorrect one scores higher
+    tied: int = 0  # equal scores
+
+    @property
+    def pairs(self) -> int:
+        return self.agree + self.disagree + self.tied
+
+    def __add__(self, other: PairCounts) -> PairCounts:
+        return PairCounts(
+            self.agree + other.agree, self.disagree + other.disagree, self.tied + other.tied
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Validity:
+    """The validity figures of one reward over one batch (``None``: undefined, see module)."""
+
+    auroc: float | None
+    pair_agreement: float | None
+    pair_ties: float | None
+    pairs: int  # (correct, incorrect) pairs within groups
+    samples: int  # samples with a defined score
+    correct: int  # of which correct
+
+    def as_metrics(self) -> dict[str, float]:
+        """The defined figures by short name (``auroc``, ``pair_agreement``, ``pair_ties``)."""
+        out = {
+            "auroc": self.auroc,
+            "pair_agreement": self.pair_agreement,
+            "pair_ties": self.pair_ties,
+        }
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def _split(scores: Sequence[float], correct: Sequence[bool]) -> tuple[list[float], list[float]]:
+    if len(scores) != len(correct):
+        raise ValueError(f"got {len(scores)} scores for {len(correct)} correctness flags")
+    pos = [float(s) for s, c in zip(scores, correct, strict=True) if c and not math.isnan(s)]
+    neg = [float(s) for s, c in zip(scores, correct, strict=True) if not c and not math.isnan(s)]
+    return pos, neg
+
+
+def pair_counts(scores: Sequence[float], correct: Sequence[bool]) -> PairCounts:
+    """How the reward orders every (correct, incorrect) pair of one group (NaN scores skipped)."""
+    pos, neg = _split(scores, correct)
+    neg.sort()
+    agree = tied = 0
+    for s in pos:
+        below = bisect.bisect_left(neg, s)
+        agree += below
+        tied += bisect.bisect_right(neg, s) - below
+    return PairCounts(agree, len(pos) * len(neg) - agree - tied, tied)
+
+
+def auroc(scores: Sequence[float], correct: Sequence[bool]) -> float | None:
+    """P(correct scores above incorrect) + P(tie) / 2 over a batch; None without both kinds."""
+    counts = pair_counts(scores, correct)  # every (correct, incorrect) pair of the batch
+    if counts.pairs == 0:
+        return None
+    return (counts.agree + 0.5 * counts.tied) / counts.pairs
+
+
+def group_indices(groups: Sequence[Hashable]) -> list[list[int]]:
+    """Sample indices per group key, groups in order of first appearance."""
+    by_key: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(groups):
+        by_key.setdefault(key, []).append(i)
+    return list(by_key.values())
+
+
+def validity(
+    scores: Sequence[float], correct: Sequence[bool], groups: Sequence[Hashable]
+) -> Validity:
+    """AUROC over the batch and pairwise agreement within ``groups`` (one key per sample)."""
+    if len(groups) != len(scores):
+        raise ValueError(f"got {len(groups)} group keys for {len(scores)} scores")
+    pos, neg = _split(scores, correct)
+    within = PairCounts()
+    for idx in group_indices(groups):
+        within += pair_counts([scores[i] for i in idx], [correct[i] for i in idx])
+    n = within.pairs
+    return Validity(
+        auroc=auroc(scores, correct),
+        pair_agreement=within.agree / n if n else None,
+        pair_ties=within.tied / n if n else None,
+        pairs=n,
+        samples=len(pos) + len(neg),
+        correct=len(pos),
+    )
+
+
+Interval = tuple[float, float]
+
+
+def bootstrap_intervals(
+    scores: Sequence[float],
+    correct: Sequence[bool],
+    groups: Sequence[Hashable],
+    *,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Interval]:
+    """Percentile intervals of :func:`validity`'s figures under a bootstrap over groups.
+
+    Groups (prompts) are resampled with replacement, whole: samples of one prompt are not
+    independent (same question, same difficulty), so resampling single responses would give
+    intervals that are too narrow. A resampled group drawn twice counts as two groups. A figure
+    undefined in some resamples gets its interval from the resamples where it is defined; one
+    defined in fewer than half of them gets none.
+    """
+    if resamples < 1:
+        raise ValueError(f"resamples: must be >= 1, got {resamples}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: must be between 0 and 1, got {confidence}")
+    members = group_indices(groups)
+    rng = random.Random(seed)
+    draws: dict[str, list[float]] = {"auroc": [], "pair_agreement": [], "pair_ties": []}
+    for _ in range(resamples):
+        picked = [rng.randrange(len(members)) for _ in members] if members else []
+        idx = [(g, i) for g in picked for i in members[g]]
+        keys = _resample_keys(picked, members)
+        figures = validity(
+            [scores[i] for _, i in idx], [correct[i] for _, i in idx], keys
+        ).as_metrics()
+        for name, value in figures.items():
+            draws[name].append(value)
+    return {
+        name: _percentiles(values, confidence)
+        for name, values in draws.items()
+        if len(values) * 2 >= resamples
+    }
+
+
+def _resample_keys(picked: Sequence[int], members: Sequence[Sequence[int]]) -> list[int]:
+    """A fresh key per drawn group, repeated for its samples (a group drawn twice is two)."""
+    return [draw for draw, g in enumerate(picked) for _ in members[g]]
+
+
+def _percentiles(values: Sequence[float], confidence: float) -> Interval:
+    ordered = sorted(values)
+    tail = (1 - confidence) / 2
+    return _quantile(ordered, tail), _quantile(ordered, 1 - tail)
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of sorted values (numpy's default method)."""
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+Correctness = Callable[[str, str], bool]
+
+
+def correctness_flags(
+    responses: Sequence[str], truths: Sequence[str | None], is_correct: Correctness
+) -> list[bool] | None:
+    """Each response's correctness against its ground truth; None when any truth is missing."""
+    if any(t is None for t in truths):
+        return None
+    return [is_correct(r, t) for r, t in zip(responses, truths, strict=True) if t is not None]
+
+
+def validity_by_reward(
+    scores: Mapping[str, Sequence[float]], correct: Sequence[bool], groups: Sequence[Hashable]
+) -> dict[str, Validity]:
+    """:func:`validity` of several rewards over the same samples, by reward name."""
+    return {name: validity(values, correct, groups) for name, values in scores.items()}
