@@ -45,6 +45,7 @@ from sarl.integrations.verl.overrides import (
     verl_terms_overrides,
 )
 from sarl.integrations.verl.reward_manager import SarlRewardManager
+from sarl.integrations.verl.validity import ANSWER_CORRECT_KEY
 from sarl.rewards.base import Sample
 from sarl.rewards.registry import RewardConfigError, register_reward
 from sarl.rewards.structure.reward import COMPONENT_KEYS, StructureRewardSettings
@@ -129,11 +130,13 @@ def test_compute_score_trains_on_the_sum_and_reports_every_term(
     assert scores.tolist() == pytest.approx(
         [w_structure * s + w_answer * a for s, a in zip(structure, answer, strict=True)]
     )
-    assert list(extra) == ["score", *STRUCTURE_KEYS, *ANSWER_KEYS, FAILED_KEY]
+    assert list(extra) == ["score", *STRUCTURE_KEYS, *ANSWER_KEYS, FAILED_KEY, ANSWER_CORRECT_KEY]
     assert list(extra[f"reward/{STRUCTURE}"]) == pytest.approx(structure)
     assert list(extra[f"reward/{ANSWER}"]) == answer
     assert extra[f"{STRUCTURE}/path_length"][1] is None  # one node: undefined, as single-term
     assert list(extra[FAILED_KEY]) == [0.0] * n
+    # make_data's ground truth is "7" and no response boxes an answer: all known, all wrong.
+    assert list(extra[ANSWER_CORRECT_KEY]) == [0.0] * n
     # verl's n concurrent calls became one embedder request for the whole batch.
     assert len(HashEmbedder.calls) == 2  # 1 here + 1 for _structure_scores
     # Validation turns every key into val-aux/<data_source>/<key>/mean@<n> (one sample per uid).
@@ -193,6 +196,7 @@ def test_a_group_term_keeps_groups_whole_and_the_weight_0_term_is_reported(
         "verl_test_majority/votes",
         *ANSWER_KEYS,
         FAILED_KEY,
+        ANSWER_CORRECT_KEY,
     ]
     assert list(extra[f"reward/{ANSWER}"]) == [float(t.endswith("7")) for t in responses]
 
@@ -225,6 +229,7 @@ def test_a_failed_sum_names_its_terms_and_follows_on_error() -> None:
         f"reward/{ANSWER}": None,
         f"{ANSWER}/answered": None,
         FAILED_KEY: 1.0,
+        ANSWER_CORRECT_KEY: None,
     }
 
 

@@ -28,7 +28,10 @@ How verl 0.9.1 calls it (paths under ``verl/``):
 * The returned dict: ``score`` becomes the reward, placed by verl at the last valid response
   token; *every* key (``score`` included) becomes ``reward_extra_info``, which verl stacks with
   ``np.array([info[key] for info in infos])`` using the keys of the first sample, so every call
-  returns the same keys: ``score``, the reward's ``component_keys`` and ``reward_failed``.
+  returns the same keys: ``score``, the reward's ``component_keys``, ``reward_failed`` and
+  ``answer_correct`` (1.0 / 0.0 against the row's ground truth, ``None`` without one or after a
+  failure; read by the reward-validity metrics, :mod:`sarl.integrations.verl.validity`, and
+  averaged by verl's validation metrics into an accuracy).
 * Several reward terms (the ``terms`` option, see :mod:`sarl.integrations.verl.terms`): ``score``
   is ``sum(weight * term)`` and the components are every term's score as ``reward/<name>`` and
   its components as ``<name>/<component>``, weight-0 terms included: the names the local runner
@@ -67,7 +70,9 @@ from typing import Any, TypeVar
 from sarl.integrations.verl.batcher import SHARED
 from sarl.integrations.verl.overrides import ScoreOptions, parse_score_options
 from sarl.integrations.verl.terms import WeightedRewards
+from sarl.integrations.verl.validity import ANSWER_CORRECT_KEY
 from sarl.rewards.base import Reward, RewardOutput, Sample
+from sarl.rewards.math_answer import response_correct
 from sarl.rewards.registry import RewardConfigError
 
 logger = logging.getLogger(__name__)
@@ -96,7 +101,8 @@ async def compute_score(
 
     ``kwargs``: :class:`~sarl.integrations.verl.overrides.ScoreOptions` fields (``reward``,
     ``settings``, ``timeout_s``, ``on_error``, ``max_batch_samples``, ``max_wait_ms``); unknown
-    keys raise :class:`RewardConfigError`. Returns ``{"score", *component_keys, "reward_failed"}``.
+    keys raise :class:`RewardConfigError`. Returns ``{"score", *component_keys, "reward_failed",
+    "answer_correct"}``.
     """
     options = parse_score_options({k: v for k, v in kwargs.items() if k not in _VERL_KWARGS})
     reward = await shared_reward(options)
@@ -115,7 +121,7 @@ async def compute_score(
     )
     try:
         output = await bounded(batcher.score_sample(sample), options.timeout_s)
-        return verl_result(output, reward)
+        return verl_result(output, reward, sample)
     except Exception as e:
         return on_failure(e, reward, options, f"data_source={data_source!r}")
 
@@ -197,7 +203,15 @@ def make_sample(
     return Sample(response=response, prompt=prompt, ground_truth=ground_truth, extra=extra)
 
 
-def verl_result(output: RewardOutput, reward: Reward) -> VerlResult:
+def answer_correct(sample: Sample | None) -> float | None:
+    """1.0 / 0.0: the response's boxed answer against the sample's ground truth; None without
+    one. Extra info for the reward-validity metrics (:mod:`sarl.integrations.verl.validity`)."""
+    if sample is None or sample.ground_truth is None:
+        return None
+    return float(response_correct(sample.response, sample.ground_truth))
+
+
+def verl_result(output: RewardOutput, reward: Reward, sample: Sample | None = None) -> VerlResult:
     """verl's result dict for one output; raises ``ValueError`` on a non-finite score or missing
     component (a NaN score would reach verl's token-level rewards)."""
     if not math.isfinite(output.score):
@@ -216,14 +230,17 @@ def verl_result(output: RewardOutput, reward: Reward) -> VerlResult:
         value = float(output.components[key])
         result[key] = value if math.isfinite(value) else None
     result[FAILED_KEY] = 0.0
+    result[ANSWER_CORRECT_KEY] = answer_correct(sample)
     return result
 
 
 def failed_result(score: float, reward: Reward) -> VerlResult:
-    """The fallback result: ``score``, every component ``None``, ``reward_failed=1.0``."""
+    """The fallback result: ``score``, every component ``None``, ``reward_failed=1.0``, no
+    correctness (a failed sample is left out of the validity figures' batch)."""
     result: VerlResult = {"score": float(score)}
     result.update({key: None for key in reward.component_keys})
     result[FAILED_KEY] = 1.0
+    result[ANSWER_CORRECT_KEY] = None
     return result
 
 

@@ -146,7 +146,7 @@ class SarlRewardManager(RewardManagerBase):  # type: ignore[misc,unused-ignore]
         sample = await asyncio.to_thread(self.decode_sample, item)
         reward = await shared_reward(self.options)
         try:
-            result = verl_result(await self._score(reward, uid, sample), reward)
+            result = verl_result(await self._score(reward, uid, sample), reward, sample)
         except Exception as e:
             result = self._on_failure(e, reward, uid)
         return {"reward_score": result["score"], "reward_extra_info": result}
