@@ -2,7 +2,10 @@
 
 Writes ``<out>/structure.json`` with at least ``naive_ms_per_response``,
 ``fast_ms_per_response``, ``speedup``, ``scores_identical`` and ``embedding_speedup``,
-``<out>/rewards.json`` with each text-only reward's time per sample from 1 kB to 1 MB (issue 12's
+``<out>/kmeans_restarts.json`` with SR's spread under KMeans reseeding and the cost of
+``kmeans_n_init`` 1, 3 and 10 at paper scale (the measurement behind the ``paper-*-math`` presets'
+restarts; ``--kmeans-full`` for the larger run), ``<out>/rewards.json`` with each text-only
+reward's time per sample from 1 kB to 1 MB (issue 12's
 linear-time bound), and ``<out>/reward_service.json`` with throughput, p50/p99 latency of
 accepted requests and shed requests of the reward service at client concurrency 1, 8 and 32
 (embedding service behind it), whether the throughput and deadline targets hold, and the
@@ -20,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_embedding
+import bench_kmeans_restarts
 import bench_reward_service
 import bench_rewards
 import bench_structure
@@ -30,6 +34,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/bench"))
     parser.add_argument("--responses", type=int, default=2048)
     parser.add_argument("--skip-service", action="store_true", help="skip the service benchmark")
+    parser.add_argument(
+        "--kmeans-full", action="store_true", help="KMeans restarts: 200 responses, 50 seeds"
+    )
     args = parser.parse_args()
 
     from rich.console import Console
@@ -75,6 +82,12 @@ def main() -> None:
     path = args.out / "structure.json"
     path.write_text(json.dumps(figures, indent=2) + "\n")
     console.print(f"wrote {path}")
+    with console.status("KMeans restarts: SR spread under reseeding, n_init 1/3/10..."):
+        restarts = bench_kmeans_restarts.run(full=args.kmeans_full)
+    bench_kmeans_restarts.print_table(restarts, console)
+    restarts_path = args.out / "kmeans_restarts.json"
+    restarts_path.write_text(json.dumps(restarts, indent=2) + "\n")
+    console.print(f"wrote {restarts_path}")
     with console.status("text-only rewards: time per sample from 1 kB to 1 MB..."):
         scaling = bench_rewards.run()
     bench_rewards.print_table(scaling)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from sarl.rewards.registry import parse_settings
+from sarl.rewards.structure import StructureRewardConfig
+from sarl.rewards.structure.reward import StructureRewardSettings
 from sarl.spec import load_experiment
 from sarl.spec.experiment import AlgorithmSpec, Experiment, ExperimentSpec
-from sarl.spec.presets import PRESETS
+from sarl.spec.presets import PAPER_KMEANS_N_INIT, PRESETS
 
 
 def with_preset(name: str, **spec: object) -> Experiment:
@@ -38,6 +41,26 @@ def test_paper_presets_match_tables_6_and_7(
     (reward,) = spec.reward
     assert reward.settings["clustering"] == clustering
     assert reward.settings["embedder"]["model"] == "Qwen/Qwen3-Embedding-0.6B"
+
+
+@pytest.mark.parametrize("preset", ["paper-ppo-math", "paper-grpo-math"])
+def test_paper_math_presets_restart_kmeans_ten_times(preset: str) -> None:
+    """10 restarts: the choice measured by tests/bench/bench_kmeans_restarts.py (issue 23 item 3;
+    README, "Conventions chosen where the paper is silent"), reaching the scorer's config."""
+    (reward,) = with_preset(preset).spec.reward
+    assert reward.settings["kmeans_n_init"] == PAPER_KMEANS_N_INIT == 10
+    settings = parse_settings("structure", reward.settings)
+    assert isinstance(settings, StructureRewardSettings)
+    assert settings.scoring_config().kmeans_n_init == 10
+
+
+@pytest.mark.parametrize("preset", ["paper-ppo-open-ended", "paper-grpo-open-ended"])
+def test_restarts_stay_out_of_hdbscan_presets_and_the_reward_default(preset: str) -> None:
+    """HDBSCAN has no seeding; the structure reward's own default stays one KMeans++ seeding, so
+    scores outside the paper presets (the local recipe, the README's figures) do not move."""
+    (reward,) = with_preset(preset).spec.reward
+    assert "kmeans_n_init" not in reward.settings
+    assert StructureRewardConfig().kmeans_n_init == 1
 
 
 def test_user_fields_override_the_preset() -> None:
