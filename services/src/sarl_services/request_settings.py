@@ -57,7 +57,7 @@ REQUEST_SETTINGS: Mapping[str, frozenset[str]] = {
             "judge_max_tokens",
         ),
         "ttrl": ("tie_break",),
-        "empo": ("entropy_min", "entropy_max"),
+        "empo": ("unanswered", "entropy_max_fraction_of_log_g", "entropy_min", "entropy_max"),
         "format_length": ("max_length", "length_unit", "turning_point", "shape", "format_rule"),
         "self_certainty": ("temperature",),
         "tag_format": ("valid_score", "invalid_score", "tags", "min_steps", "allowed_violations"),

@@ -117,3 +117,16 @@ def test_errors_name_the_field(tiny_policy_dir: Path, tmp_path: Path) -> None:
         HFCausalEmbedder(str(tmp_path)).embed(["x"])  # a directory without a model
     with pytest.raises(EmbeddingError, match=r"embedder\.layer"):
         HFCausalEmbedder(str(tiny_policy_dir), layer=7).embed(["x"])
+
+
+def test_every_byte_token_of_a_multibyte_character_is_pooled(tiny_lm: tuple[Any, Any]) -> None:
+    """The string is tokenised alone and all its tokens are pooled, so each byte token of a
+    character the byte-level BPE splits ("∑": three, the emoji: four) is, as under ``kind:
+    policy`` (``test_spans.py``); decoding the pooled ids gives back the whole string."""
+    _, tokenizer = tiny_lm
+    text = "a \u2211 \U0001f600 \u00e9"
+    for char in "\u2211\U0001f600":
+        assert len(tokenizer(char, add_special_tokens=False)["input_ids"]) == len(char.encode())
+    embedder = HFCausalEmbedder("unused")  # the model loads lazily; _encode needs none
+    (ids,), ((positions,),) = embedder._encode(tokenizer, [text])
+    assert tokenizer.decode([ids[p] for p in positions]) == text

@@ -8,6 +8,7 @@ may carry a space or newline next to the step's first or last character).
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -130,3 +131,88 @@ def test_multibyte_characters_split_across_byte_tokens(tiny_lm: tuple[Any, Any])
         "\u00e9t\u00e9",
         "\U0001f600 ok",
     ]
+
+
+def _byte_level() -> Any:
+    """Byte-level BPE (GPT-2, Qwen): a character outside the merges is one token per byte."""
+    from sarl.runner.tiny import train_tokenizer
+
+    return train_tokenizer(["<think>step one\n\nstep two</think>", "abc def"] * 5, vocab_size=300)
+
+
+def _byte_fallback() -> Any:
+    """SentencePiece-style byte fallback (Llama, Mistral): a character not in the vocabulary is
+    spelled with ``<0xNN>`` tokens, and a run of them that is not valid UTF-8 decodes to one
+    U+FFFD per byte."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"<0x{b:02X}>": b for b in range(256)}
+    vocab |= {"<unk>": 256, "a": 257, "b": 258, "ab": 259}
+    model = models.BPE(vocab=vocab, merges=[("a", "b")], byte_fallback=True, unk_token="<unk>")
+    tokenizer = Tokenizer(model)
+    tokenizer.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tokenizer, unk_token="<unk>", pad_token="<unk>"
+    )
+
+
+@functools.cache
+def _byte_tokenizers() -> tuple[Any, Any]:
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("transformers")
+    return _byte_level(), _byte_fallback()
+
+
+@pytest.fixture(params=[0, 1], ids=["byte_level", "byte_fallback"])
+def byte_tokenizer(request: pytest.FixtureRequest) -> Any:
+    return _byte_tokenizers()[request.param]
+
+
+def _spelled(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Each character encoded alone (not the tokenizer's encoding of the text: merges across
+    characters are missing), and the span every one of those tokens carries: its character."""
+    ids: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for k, char in enumerate(text):
+        piece = tokenizer(char, add_special_tokens=False)["input_ids"]
+        ids += piece
+        spans += [(k, k + 1)] * len(piece)
+    return ids, spans
+
+
+MULTIBYTE = "<think>ab step \u2211 one\n\n\U0001f600 \u00e9t\u00e9 ab\n\nx\ufffdy</think>"
+
+
+def test_every_byte_token_of_a_character_gets_its_span_on_both_paths(
+    byte_tokenizer: Any,
+) -> None:
+    """Both paths give each byte token of a multi-byte character that character's span, so a
+    step pools all of them (the exact path used to give it to the first byte token alone)."""
+    for char in "\u2211\U0001f600\ufffd":
+        assert len(byte_tokenizer(char, add_special_tokens=False)["input_ids"]) == len(
+            char.encode()
+        )
+    ids, expected = _spelled(byte_tokenizer, MULTIBYTE)
+    located = token_char_spans(byte_tokenizer, ids)
+    assert not located.canonical
+    assert located.spans == tuple(expected)
+    _assert_steps_decode_back(byte_tokenizer, ids, MULTIBYTE)
+    canonical = byte_tokenizer(MULTIBYTE, add_special_tokens=False)["input_ids"]
+    assert token_char_spans(byte_tokenizer, canonical).canonical
+    _assert_steps_decode_back(byte_tokenizer, canonical, MULTIBYTE)
+
+
+_MIXED = st.sampled_from(["a", "b", "ab", " ", "\n\n", "\u00e9", "\u2211", "\U0001f600", "\ufffd"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_MIXED, max_size=12).map("".join))
+def test_byte_tokens_get_their_character_on_generated_text(text: str) -> None:
+    """Byte fallback decodes a U+FFFD of the text and the cut bytes of a character alike, so
+    there two U+FFFDs in a row are not generated (their byte tokens may swap characters)."""
+    for tokenizer in _byte_tokenizers():
+        if tokenizer is _byte_tokenizers()[1] and "\ufffd\ufffd" in text:
+            continue
+        ids, expected = _spelled(tokenizer, text)
+        assert token_char_spans(tokenizer, ids).spans == tuple(expected)

@@ -4,7 +4,11 @@ Built by ``sarl.embedding.factory.make_embedder``; the structure scorer calls :m
 step strings. Each string is one sequence (A.1's "per-step chunks"): tokenized as the model
 expects (``add_special_tokens=True``, so a BOS-using model gets its BOS), run through the model,
 and the hidden states of the string's own tokens at ``layer`` are mean-pooled and normalised
-(:mod:`sarl.embedding.hidden_states`, which also explains the default layer). So a base model,
+(:mod:`sarl.embedding.hidden_states`, which also explains the default layer). All of the
+string's tokens are pooled: a multi-byte character that a byte-level BPE splits into several
+byte tokens ("∑" into three) contributes every one of them, as it does under ``kind: policy``
+on both of its token-span paths (:mod:`sarl.embedding.spans`); only the ``max_tokens`` cut can
+end inside a character, which then contributes its bytes before the cut. So a base model,
 or a checkpoint of the policy, embeds steps with no embedding server; for the policy's states
 *during* training, in the context of the whole response, use ``kind: policy``.
 

@@ -56,16 +56,17 @@ class TokenSpans:
 def token_char_spans(tokenizer: Any, ids: Sequence[int]) -> TokenSpans:
     """Decode ``ids`` (special tokens skipped, as TRL decodes completions) and locate each token.
 
-    Spans are non-decreasing and within the text. A token that is only part of a multi-byte
-    character (byte-level BPE) shares that character's span with its neighbours on the fast
-    path, and gets it alone (the first token after which the character decodes) otherwise.
+    Spans lie within the text, in text order; a special token gets an empty span where the next
+    token starts. Every token that carries bytes of a multi-byte character (byte-level BPE: "∑"
+    as three byte tokens) gets that character's span, on both paths, so all of them are pooled
+    with the step the character is in.
     """
     ids = [int(i) for i in ids]
     text: str = tokenizer.decode(ids, skip_special_tokens=True)
     fast = _canonical_spans(tokenizer, ids, text)
     if fast is not None:
         return TokenSpans(text=text, spans=fast, canonical=True)
-    return TokenSpans(text=text, spans=_prefix_spans(tokenizer, ids, len(text)), canonical=False)
+    return TokenSpans(text=text, spans=_prefix_spans(tokenizer, ids, text), canonical=False)
 
 
 def _canonical_spans(tokenizer: Any, ids: list[int], text: str) -> tuple[Span, ...] | None:
@@ -81,33 +82,57 @@ def _canonical_spans(tokenizer: Any, ids: list[int], text: str) -> tuple[Span, .
     found: list[Span | None] = [None] * len(ids)
     for position, (a, b) in zip(kept, enc["offset_mapping"], strict=True):
         found[position] = (int(a), int(b))
-    # A special token gets an empty span where the next token starts, so spans stay ordered.
+    return _empty_where_next_starts(found, len(text))
+
+
+def _prefix_spans(tokenizer: Any, ids: list[int], text: str) -> tuple[Span, ...]:
+    """Exact spans of any ids, from decoding every prefix ``ids[: i + 1]``.
+
+    A prefix that ends inside a multi-byte character decodes with U+FFFD where the text has that
+    character (byte-level BPE: one for the cut bytes; byte fallback: one per byte token of the
+    run). The tokens from there to the one after which the prefix is again a prefix of the text
+    all get the span of the characters completed in between: every byte token of a character
+    gets the character, as on the fast path. A token that adds no character completes the last
+    one (a U+FFFD of the text itself decodes the same cut or whole) and shares its span. Other
+    decoders whose prefixes are not prefixes of the text (clean-up of spaces) fall back to "a
+    token ends where its prefix's decoding ends". Byte fallback cannot tell two U+FFFDs of the
+    text itself from cut bytes: their byte tokens may get the neighbouring U+FFFD.
+    """
+    special = set(getattr(tokenizer, "all_special_ids", ()))
+    length = len(text)
+    found: list[Span | None] = []  # None: a special token, or one whose characters are pending
+    done = 0  # characters the tokens so far hold whole
+    pending: list[int] = []  # tokens since the text last decoded whole
+    for lo in range(0, len(ids), _PREFIX_CHUNK):
+        chunk = ids[lo : lo + _PREFIX_CHUNK]
+        prefixes = [ids[: lo + k + 1] for k in range(len(chunk))]
+        decoded = tokenizer.batch_decode(prefixes, skip_special_tokens=True)
+        for token, prefix in zip(chunk, decoded, strict=True):
+            found.append(None)
+            if token in special:
+                continue
+            pending.append(len(found) - 1)
+            if prefix.endswith("\ufffd") and not text.startswith(prefix):
+                continue  # inside a character
+            complete = min(max(len(prefix), done), length)
+            span = (done - 1, done) if complete == done > 0 else (done, complete)
+            for position in pending:
+                found[position] = span
+            pending, done = [], complete
+    for position in pending:  # ids that end inside a character decode to no text with it
+        found[position] = (done, length)
+    return _empty_where_next_starts(found, length)
+
+
+def _empty_where_next_starts(found: Sequence[Span | None], length: int) -> tuple[Span, ...]:
+    """``found`` with each missing span (a special token's) empty where the next token starts,
+    so spans stay ordered."""
     spans: list[Span] = []
-    following = len(text)
+    following = length
     for span in reversed(found):
         spans.append(span if span is not None else (following, following))
         following = spans[-1][0]
     spans.reverse()
-    return tuple(spans)
-
-
-def _prefix_spans(tokenizer: Any, ids: list[int], length: int) -> tuple[Span, ...]:
-    """Exact spans of any ids: token i ends where ``decode(ids[: i + 1])`` ends.
-
-    A prefix cut inside a multi-byte character decodes with a trailing U+FFFD, which the next
-    token completes; the running maximum keeps ends non-decreasing through that.
-    """
-    ends: list[int] = []
-    for lo in range(0, len(ids), _PREFIX_CHUNK):
-        prefixes = [ids[: i + 1] for i in range(lo, min(lo + _PREFIX_CHUNK, len(ids)))]
-        decoded = tokenizer.batch_decode(prefixes, skip_special_tokens=True)
-        ends.extend(len(d) for d in decoded)
-    spans: list[Span] = []
-    start = 0
-    for end in ends:
-        end = min(max(end, start), length)
-        spans.append((start, end))
-        start = end
     return tuple(spans)
 
 
