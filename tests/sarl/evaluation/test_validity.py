@@ -12,11 +12,11 @@ from sklearn.metrics import roc_auc_score
 from sarl.evaluation.validity import (
     PairCounts,
     auroc,
-    bootstrap_intervals,
     correctness_flags,
     pair_counts,
     validity,
 )
+from sarl.evaluation.validity_bootstrap import bootstrap_intervals, draw_counts
 from sarl.rewards.math_answer import response_correct
 
 
@@ -108,8 +108,8 @@ def _batch(seed: int, prompts: int = 30, per: int = 8) -> tuple[list[float], lis
 def test_bootstrap_is_deterministic_and_brackets_the_estimate() -> None:
     scores, correct, groups = _batch(1)
     point = validity(scores, correct, groups)
-    a = bootstrap_intervals(scores, correct, groups, resamples=300, seed=7)
-    b = bootstrap_intervals(scores, correct, groups, resamples=300, seed=7)
+    a = bootstrap_intervals(scores, correct, draw_counts(groups, resamples=300, seed=7))
+    b = bootstrap_intervals(scores, correct, draw_counts(groups, resamples=300, seed=7))
     assert a == b
     assert set(a) == {"auroc", "pair_agreement", "pair_ties"}
     for name, value in point.as_metrics().items():
@@ -124,16 +124,16 @@ def test_bootstrap_resamples_whole_groups() -> None:
     scores = [1.0, 0.0, 3.0, 2.0, 5.0, 4.0]
     correct = [True, False, True, False, True, False]
     groups = [0, 0, 1, 1, 2, 2]
-    intervals = bootstrap_intervals(scores, correct, groups, resamples=200, seed=0)
+    intervals = bootstrap_intervals(scores, correct, draw_counts(groups, resamples=200, seed=0))
     assert intervals["pair_agreement"] == (1.0, 1.0)
     assert intervals["auroc"][0] < 1.0
 
 
 def test_bootstrap_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="resamples"):
-        bootstrap_intervals([1.0], [True], [0], resamples=0)
+        draw_counts([0], resamples=0)
     with pytest.raises(ValueError, match="confidence"):
-        bootstrap_intervals([1.0], [True], [0], confidence=1.0)
+        bootstrap_intervals([1.0], [True], draw_counts([0]), confidence=1.0)
 
 
 def test_correctness_flags_from_boxed_answers() -> None:

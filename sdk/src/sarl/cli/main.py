@@ -1,6 +1,7 @@
 """Entry point of the ``sarl`` command (``[project.scripts]``): wires the sub-commands.
 
-Sub-commands live in their own modules (``reward.py``, ``reward_score.py``, ``maps.py``,
+Sub-commands live in their own modules (``reward.py``, ``reward_score.py``,
+``reward_diagnose.py``, ``maps.py``,
 ``demo.py``); heavy imports happen inside the commands so ``sarl --help`` stays instant. Other
 installed packages add sub-commands through the ``sarl.cli`` entry-point group (e.g. ``sarl
 serve`` from ``sarl-services``), so dependencies point into the sdk and the sdk never imports
@@ -24,6 +25,7 @@ from sarl.cli import (
     demo,
     maps,
     reward,
+    reward_diagnose,
     reward_score,
     run,
     study,
@@ -68,6 +70,7 @@ def _sarl(
 
 
 reward.app.command("score")(reward_score.score_command)
+reward.app.command("diagnose")(reward_diagnose.diagnose_command)
 app.add_typer(reward.app, name="reward")
 app.add_typer(data.app, name="data")
 study.app.command("run")(study_run.run_command)

@@ -78,6 +78,7 @@ def report_command(
 
     Prints its tables and writes summary.json, report.md and curves.png.
     The curves: held-out accuracy, SR, length, KL and entropy per arm.
+    With reward validity logged: its table, its curves, the flag of a reward up at chance.
     """
     from sarl.study.report import ReportFiles, report_for
     from sarl.tracking.tracker import TrackingError, default_tracking_uri

@@ -16,27 +16,34 @@ can be (the metric's :class:`~sarl.tracking.metrics.Range` from
 its width, paired differences to the range of a difference of two such values); a clipped
 interval says so in ``report.md`` ("clipped to [0, 1]") and in ``summary.json``
 (``clipped_to``).
+
+Reward validity (:func:`~sarl.study.history.summarize_validity`), where the runs logged it: per
+arm and per reward, the same start / end / change over seeds of its AUROC, pair agreement, pair
+ties and of the reward term itself (``StudyReport.validity``), which the
+``validity_at_chance_reward_up`` flag reads (:mod:`sarl.study.flags`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sarl.study.flags import flags
+from sarl.study.flags import flags, validity_flagged
 from sarl.study.history import (
     COMPARED,
     HELDOUT,
     RUN_KEYS,
     TRAINING_METRICS,
+    VALIDITY_SUMMARY,
     RunHistory,
     eval_metric,
     summarize_run,
+    summarize_validity,
 )
 from sarl.study.render import markdown
 from sarl.study.stats import DEFAULT_CONFIDENCE, Interval, mean_interval, paired_difference
-from sarl.tracking.metrics import Range, metric_info
+from sarl.tracking.metrics import SHARE, Range, metric_info, reward_metric
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,7 +54,9 @@ class StudyReport:
     """Everything the report says. ``runs[arm][seed]``: :func:`summarize_run` dicts;
     ``aggregate[arm]`` and ``vs_reference[arm]`` (empty for the reference): intervals keyed
     ``<metric>_start|_end|_change`` (paired: ``_end|_change``); ``notes``: runs left out, seeds
-    missing, assumptions made."""
+    missing, assumptions made; ``validity[arm][reward]``: intervals keyed
+    ``<figure>_start|_end|_change`` of :data:`~sarl.study.history.VALIDITY_SUMMARY` (empty for
+    an arm whose runs logged no validity)."""
 
     study: str
     reference: str
@@ -60,6 +69,11 @@ class StudyReport:
     notes: tuple[str, ...] = ()
     confidence: float = DEFAULT_CONFIDENCE
     benchmark: str = HELDOUT  # whose avg@k / pass@k the eval_* values are
+    validity: dict[str, dict[str, dict[str, Interval]]] = field(default_factory=dict)
+
+    def validity_flagged(self, arm: str) -> tuple[str, ...]:
+        """The rewards of ``arm`` that raise ``validity_at_chance_reward_up``."""
+        return validity_flagged(self.validity.get(arm, {}))
 
     def to_json(self) -> dict[str, Any]:
         """The ``summary.json`` document (seed keys as strings)."""
@@ -73,6 +87,13 @@ class StudyReport:
                     "aggregate": {m: iv.to_dict() for m, iv in self.aggregate[arm].items()},
                     "vs_reference": {m: iv.to_dict() for m, iv in self.vs_reference[arm].items()},
                     "flags": list(self.flags[arm]),
+                    "validity": {
+                        reward: {
+                            "aggregate": {m: iv.to_dict() for m, iv in figures.items()},
+                            "flagged": reward in self.validity_flagged(arm),
+                        }
+                        for reward, figures in self.validity.get(arm, {}).items()
+                    },
                 }
                 for arm in self.arms
             },
@@ -85,7 +106,8 @@ class StudyReport:
     def to_dataframes(self) -> dict[str, pd.DataFrame]:
         """``runs`` (arm, seed, :data:`RUN_KEYS`), ``arms`` and ``paired`` (long: arm, metric,
         mean, low, high, n, clipped_to — the range as text, e.g. ``[0, 1]``, where the interval
-        was clipped, else ``None``; ``paired`` adds the reference)."""
+        was clipped, else ``None``; ``paired`` adds the reference). Reward validity is in
+        ``arms`` as metrics ``validity/<reward>/<figure>_start|_end|_change``."""
         import pandas as pd
 
         def row(iv: Interval) -> dict[str, Any]:
@@ -101,6 +123,11 @@ class StudyReport:
             {"arm": arm, "metric": m, **row(iv)}
             for arm in self.arms
             for m, iv in self.aggregate[arm].items()
+        ] + [
+            {"arm": arm, "metric": f"validity/{reward}/{m}", **row(iv)}
+            for arm in self.arms
+            for reward, figures in self.validity.get(arm, {}).items()
+            for m, iv in figures.items()
         ]
         paired = [
             {"arm": arm, "reference": self.reference, "metric": m, **row(iv)}
@@ -144,6 +171,7 @@ def build_report(
         if history.seed in runs[history.arm]:
             raise ValueError(f"arm {history.arm!r} seed {history.seed} has two runs")
         runs[history.arm][history.seed] = summarize_run(history, k, benchmark=benchmark)
+    validity = {arm: _validity(histories, arm, confidence) for arm in order}
     all_notes += _coverage_notes(runs, reference_arm)
     per_seed = {arm: _per_seed(runs[arm]) for arm in order}
     bounds = value_ranges(k, benchmark)
@@ -172,10 +200,11 @@ def build_report(
         runs=runs,
         aggregate=aggregate,
         vs_reference=vs_reference,
-        flags={arm: flags(aggregate[arm]) for arm in order},
+        flags={arm: flags(aggregate[arm], validity[arm]) for arm in order},
         notes=tuple(all_notes),
         confidence=confidence,
         benchmark=benchmark,
+        validity=validity,
     )
 
 
@@ -189,6 +218,31 @@ def value_ranges(k: int, benchmark: str = HELDOUT) -> dict[str, Range]:
         bounds = metric_info(key).range
         out[f"{m}_start"], out[f"{m}_end"] = bounds, bounds
         out[f"{m}_change"] = bounds.difference()
+    return out
+
+
+def _validity(
+    histories: Sequence[RunHistory], arm: str, confidence: float
+) -> dict[str, dict[str, Interval]]:
+    """reward -> ``<figure>_start|_end|_change`` -> interval over the arm's seeds, for every
+    reward whose validity some seed of the arm logged (a seed that did not: ``None``, left out)."""
+    per_seed = {h.seed: summarize_validity(h) for h in histories if h.arm == arm}
+    rewards = sorted({reward for by_reward in per_seed.values() for reward in by_reward})
+    out: dict[str, dict[str, Interval]] = {}
+    for reward in rewards:
+        rows = [by_reward.get(reward, {}) for by_reward in per_seed.values()]
+        figures: dict[str, Interval] = {}
+        for figure in VALIDITY_SUMMARY:
+            bounds = metric_info(reward_metric(reward)).range if figure == "reward" else SHARE
+            start = [row.get(f"{figure}_start") for row in rows]
+            end = [row.get(f"{figure}_end") for row in rows]
+            change = [
+                None if a is None or b is None else b - a for a, b in zip(start, end, strict=True)
+            ]
+            figures[f"{figure}_start"] = mean_interval(start, confidence, bounds)
+            figures[f"{figure}_end"] = mean_interval(end, confidence, bounds)
+            figures[f"{figure}_change"] = mean_interval(change, confidence, bounds.difference())
+        out[reward] = figures
     return out
 
 

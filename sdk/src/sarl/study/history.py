@@ -6,7 +6,9 @@ Study runner at the end of a Study. A Study is one MLflow *parent run* (tags ``s
 ``seed``; see :mod:`sarl.spec.study`). :func:`find_parent_run` turns a Study name or run id into
 the parent run's id, :func:`load_study_runs` reads the nested runs' metric histories (with
 :func:`sarl.tracking.history.metric_histories`, as ``sarl compare`` does), and
-:func:`summarize_run` (pure) turns one history into the numbers the report compares.
+:func:`summarize_run` (pure) turns one history into the numbers the report compares;
+:func:`summarize_validity` (pure) does the same for the reward-validity figures the run logged
+(``validity/<reward>/...``, next to the reward term ``reward/<reward>``).
 
 Which runs count: only ``FINISHED`` ones (a failed or still running run would bias its arm); when
 one arm x seed has several ``FINISHED`` runs (the Study was re-run under the same parent), the
@@ -49,13 +51,18 @@ from sarl.tracking.metrics import (
     KL,
     RESPONSE_LENGTH,
     REWARD_MEAN,
+    REWARD_PREFIX,
     STRUCTURE_CLUSTERING,
     STRUCTURE_DEGENERATE,
     STRUCTURE_PATH_LENGTH,
     STRUCTURE_SCORE,
+    VALIDITY_FIGURES,
+    VALIDITY_PREFIX,
     eval_avg_at,
     eval_pass_at,
     metric_key,
+    reward_metric,
+    validity_metric,
 )
 from sarl.tracking.store import (
     TrackingError,
@@ -94,13 +101,18 @@ EVAL_METRICS: tuple[str, ...] = ("eval_accuracy", "eval_pass", "eval_answer_rate
 #: ``<name>_start``, ``<name>_end`` and ``<name>_change``).
 COMPARED: tuple[str, ...] = (*EVAL_METRICS, *TRAINING_METRICS)
 #: Training metrics read from MLflow beyond :data:`TRAINING_METRICS` (plots, tables); every
-#: ``eval/...`` metric is read too.
+#: ``eval/...``, ``reward/...`` and ``validity/...`` metric is read too.
 EXTRA_METRICS: tuple[str, ...] = (REWARD_MEAN, FRAC_REWARD_ZERO_STD)
+#: Per reward whose validity a run logged (:func:`validity_rewards`): the figures
+#: :func:`summarize_validity` gives a start and an end of (quarter means), ``reward`` being the
+#: reward term's own unweighted value ``reward/<name>``.
+VALIDITY_SUMMARY: tuple[str, ...] = (*VALIDITY_FIGURES, "reward")
 
 # Study names are DNS-1123 labels; anything outside this cannot be one and is refused before it
 # reaches a filter string.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _AVG_AT = re.compile(r"^" + re.escape(EVAL_PREFIX) + r"(.+)/avg_at_(\d+)$")
+_VALIDITY = re.compile(r"^" + re.escape(VALIDITY_PREFIX) + r"(.+)/(?:auroc|pair_agreement)$")
 
 
 def eval_metric(name: str, k: int, benchmark: str = HELDOUT) -> str:
@@ -254,7 +266,11 @@ def _select(runs: Iterable[Run]) -> tuple[dict[tuple[str, int], Run], list[str]]
 
 
 def _wanted(key: str) -> bool:
-    return key.startswith(EVAL_PREFIX) or key in TRAINING_METRICS.values() or key in EXTRA_METRICS
+    return (
+        key.startswith((EVAL_PREFIX, REWARD_PREFIX, VALIDITY_PREFIX))
+        or key in TRAINING_METRICS.values()
+        or key in EXTRA_METRICS
+    )
 
 
 def _histories(client: MlflowClient, uri: str, run: Run) -> dict[str, Points]:
@@ -373,6 +389,32 @@ def summarize_run(history: RunHistory, k: int, *, benchmark: str = HELDOUT) -> d
     return out
 
 
+def validity_rewards(history: RunHistory) -> list[str]:
+    """The rewards (as their metric keys name them) whose AUROC or pair agreement the run
+    logged (``validity/<reward>/...``, :func:`sarl.tracking.metrics.validity_metric`), sorted."""
+    return sorted({m.group(1) for key in history.metrics if (m := _VALIDITY.match(key))})
+
+
+def summarize_validity(history: RunHistory) -> dict[str, dict[str, float | None]]:
+    """Per reward of :func:`validity_rewards`: ``<figure>_start`` and ``<figure>_end`` of each
+    :data:`VALIDITY_SUMMARY` figure, the means of its first and last quarter of logged steps
+    (:func:`quarter_means`, as the training metrics); ``None`` where the run did not log it.
+
+    A figure is logged only at steps whose batch defined it (both correct and incorrect
+    responses; for the pair figures, within one prompt), so its quarters are of those steps.
+    """
+    out: dict[str, dict[str, float | None]] = {}
+    for reward in validity_rewards(history):
+        keys = {figure: validity_metric(reward, figure) for figure in VALIDITY_FIGURES}
+        keys["reward"] = reward_metric(reward)
+        row: dict[str, float | None] = {}
+        for figure in VALIDITY_SUMMARY:
+            start, end = quarter_means(history.metrics.get(keys[figure], []))
+            row[f"{figure}_start"], row[f"{figure}_end"] = start, end
+        out[reward] = row
+    return out
+
+
 __all__ = [
     "COMPARED",
     "EVAL_METRICS",
@@ -380,6 +422,7 @@ __all__ = [
     "RUN_KEYS",
     "STUDY_SPEC_ARTIFACTS",
     "TRAINING_METRICS",
+    "VALIDITY_SUMMARY",
     "RunHistory",
     "StudyParent",
     "eval_metric",
@@ -391,4 +434,6 @@ __all__ = [
     "open_store",
     "quarter_means",
     "summarize_run",
+    "summarize_validity",
+    "validity_rewards",
 ]

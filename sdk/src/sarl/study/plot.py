@@ -4,7 +4,12 @@ Called by :func:`sarl.study.report.write_report` (``curves.png`` of ``sarl study
 the local Study runner) through :func:`plot_curves`, and by ``StudyResult.figure()`` (the same
 picture inline in a notebook) through :func:`curves_figure`. Panels: held-out avg@k, SR,
 response length, training accuracy, KL, entropy; each y axis names its metric in words with the
-unit (:func:`sarl.tracking.metrics.metric_info`).
+unit (:func:`sarl.tracking.metrics.metric_info`). When the runs logged reward validity
+(``validity/<reward>/...``, :mod:`sarl.evaluation.validity`), a third row shows, under SR and
+accuracy, each arm's rewards' AUROC against correctness and within-prompt pair agreement (0.5
+dotted: chance) and the reward terms themselves, one colour per arm and one line style per
+reward: a reward whose validity sinks to chance while its term keeps rising is being hacked
+(the ``validity_at_chance_reward_up`` flag of :mod:`sarl.study.flags`).
 
 Seeds are aligned by step: at each step an arm's thick line is the mean over the seeds that
 logged that step. Its spread is drawn as each seed's thin line when the arm has fewer than
@@ -21,7 +26,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sarl.study.history import HELDOUT, RunHistory, eval_metric, infer_benchmark, infer_k
+from sarl.study.history import (
+    HELDOUT,
+    RunHistory,
+    eval_metric,
+    infer_benchmark,
+    infer_k,
+    validity_rewards,
+)
 from sarl.study.stats import DEFAULT_CONFIDENCE, mean_interval
 from sarl.tracking.metrics import (
     ACCURACY,
@@ -31,6 +43,8 @@ from sarl.tracking.metrics import (
     RESPONSE_LENGTH,
     STRUCTURE_SCORE,
     metric_info,
+    reward_metric,
+    validity_metric,
 )
 from sarl.viz.curves import (
     MIN_BAND_SEEDS,
@@ -52,6 +66,19 @@ if TYPE_CHECKING:
 # Without a held-out metric in any run the avg@k panel says "no data"; k only names it.
 _DEFAULT_K = 4
 _MARKERS_UP_TO = 30  # steps per line; markers make short runs visible, long ones stay clean
+_ROW_HEIGHT = 3.9  # inches per row of panels
+#: The validity row: (title, figure of ``validity/<reward>/<figure>`` or ``reward`` for the term
+#: ``reward/<reward>``, y label).
+VALIDITY_PANELS: tuple[tuple[str, str, str], ...] = (
+    ("reward validity: AUROC", "auroc", "AUROC vs correctness (0.5 = chance)"),
+    (
+        "reward validity: pairs in a prompt",
+        "pair_agreement",
+        "correct > incorrect pairs of a prompt (share)",
+    ),
+    ("reward terms (unweighted)", "reward", "reward term value"),
+)
+_REWARD_STYLES = ("-", "--", ":", "-.")
 
 
 class Band(NamedTuple):
@@ -127,7 +154,8 @@ def curves_figure(
     k: int | None = None,
     benchmark: str | None = None,
 ) -> Figure:
-    """The 2x3 panel figure; one colour per arm, ``arms`` order first (arms only present in
+    """The 2x3 panel figure (3x3 with the validity row, when the runs logged reward
+    validity); one colour per arm, ``arms`` order first (arms only present in
     ``histories`` follow). ``benchmark`` and ``k`` of the evaluation panel default to the ones the
     runs logged (:func:`~sarl.study.history.infer_benchmark`). A bare ``Figure`` (no pyplot
     state).
@@ -149,15 +177,38 @@ def curves_figure(
     colors = {arm: palette(i % 10) for i, arm in enumerate(order)}
     window = smoothing_window(_training_steps(histories))
 
-    fig = figure(figsize=(13, 7.8), layout="constrained")
-    for ax, (title, key) in zip(fig.subplots(2, 3).flat, panels(k, benchmark), strict=True):
+    rewards = {arm: sorted({r for h in by_arm[arm] for r in validity_rewards(h)}) for arm in order}
+    styles = _reward_styles(rewards)
+    rows = 3 if styles else 2
+    fig = figure(figsize=(13, _ROW_HEIGHT * rows), layout="constrained")
+    grid = fig.subplots(rows, 3)
+    for ax, (title, key) in zip(grid[:2].flat, panels(k, benchmark), strict=True):
         # Held-out evaluations are a few points, each a mean over many problems: as logged.
         smooth = 1 if key.startswith(EVAL_PREFIX) else window
         _draw_panel(ax, title, key, {arm: by_arm[arm] for arm in order}, colors, smooth)
+    if styles:
+        for ax, panel in zip(grid[2], VALIDITY_PANELS, strict=True):
+            _draw_validity_panel(ax, panel, by_arm, rewards, colors, styles, window)
     seeds = {arm: len(by_arm[arm]) for arm in order}
-    fig.legend(handles=_legend(seeds, colors), loc="outside lower center", ncols=4)
+    handles = _legend(seeds, colors) + _style_legend(styles)
+    fig.legend(handles=handles, loc="outside lower center", ncols=4)
     fig.suptitle(_title(seeds, window), fontweight="bold")
     return fig
+
+
+def _reward_styles(rewards: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """One line style per reward any arm logged validity for (styles repeat past four)."""
+    names = sorted({r for names in rewards.values() for r in names})
+    return {r: _REWARD_STYLES[i % len(_REWARD_STYLES)] for i, r in enumerate(names)}
+
+
+def _style_legend(styles: Mapping[str, str]) -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    return [
+        Line2D([], [], color="#333333", ls=ls, lw=THICK_LW * 0.7, label=f"reward {reward}")
+        for reward, ls in styles.items()
+    ]
 
 
 def _training_steps(histories: Sequence[RunHistory]) -> int:
@@ -219,28 +270,67 @@ def _draw_panel(
     ax.set_title(title, fontweight="bold")
     drawn = False
     for arm, runs in by_arm.items():
-        band = seed_band(runs, key, window=window)
-        if not band.steps:
-            continue
-        drawn = True
-        markers = len(band.steps) <= _MARKERS_UP_TO
-        if len(runs) < MIN_BAND_SEEDS:
-            curves = [trailing_mean(h.metrics.get(key, []), window) for h in runs]
-            draw_seeds(ax, [c for c in curves if c], colors[arm], markers=markers)
-            continue
-        ax.plot(band.steps, band.mean, color=colors[arm], marker="o" if markers else "", ms=3,
-                lw=THICK_LW)  # fmt: skip
-        nan = float("nan")
-        low = [nan if v is None else v for v in band.low]  # NaN: a gap in the band
-        high = [nan if v is None else v for v in band.high]
-        ax.fill_between(band.steps, low, high, color=colors[arm], alpha=0.2, lw=0)
+        drawn = _draw_arm(ax, runs, key, colors[arm], window) or drawn
     if not drawn:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", color="#888888", fontsize=14,
-                transform=ax.transAxes)  # fmt: skip
-        ax.set_xticks([])
-        ax.set_yticks([])
+        _no_data(ax)
         return
     finish_axes(ax, metric_info(key).label)
 
 
-__all__ = ["Band", "curves_figure", "panels", "plot_curves", "seed_band"]
+def _draw_validity_panel(
+    ax: Axes,
+    panel: tuple[str, str, str],
+    by_arm: Mapping[str, Sequence[RunHistory]],
+    rewards: Mapping[str, Sequence[str]],
+    colors: Mapping[str, Any],
+    styles: Mapping[str, str],
+    window: int,
+) -> None:
+    """One panel of the validity row: for each arm, each of its rewards' ``figure``."""
+    title, figure, label = panel
+    ax.set_title(title, fontweight="bold")
+    drawn = False
+    for arm, names in rewards.items():
+        for reward in names:
+            key = reward_metric(reward) if figure == "reward" else validity_metric(reward, figure)
+            drawn = _draw_arm(ax, by_arm[arm], key, colors[arm], window, styles[reward]) or drawn
+    if not drawn:
+        _no_data(ax)
+        return
+    if figure != "reward":
+        ax.axhline(0.5, color="#555555", ls=":", lw=1.2, zorder=0)  # chance
+        ax.text(0.01, 0.5, " chance", color="#555555", fontsize=8, va="bottom",
+                transform=ax.get_yaxis_transform())  # fmt: skip
+        ax.set_ylim(-0.02, 1.02)
+    finish_axes(ax, label)
+
+
+def _draw_arm(
+    ax: Axes, runs: Sequence[RunHistory], key: str, color: Any, window: int, ls: str = "-"
+) -> bool:
+    """One arm's curve of ``key`` (seeds thin, or the mean in its band); False if none logged it."""
+    band = seed_band(runs, key, window=window)
+    if not band.steps:
+        return False
+    markers = len(band.steps) <= _MARKERS_UP_TO
+    if len(runs) < MIN_BAND_SEEDS:
+        curves = [trailing_mean(h.metrics.get(key, []), window) for h in runs]
+        draw_seeds(ax, [c for c in curves if c], color, markers=markers, ls=ls)
+        return True
+    ax.plot(band.steps, band.mean, color=color, marker="o" if markers else "", ms=3,
+            lw=THICK_LW, ls=ls)  # fmt: skip
+    nan = float("nan")
+    low = [nan if v is None else v for v in band.low]  # NaN: a gap in the band
+    high = [nan if v is None else v for v in band.high]
+    ax.fill_between(band.steps, low, high, color=color, alpha=0.2, lw=0)
+    return True
+
+
+def _no_data(ax: Axes) -> None:
+    ax.text(0.5, 0.5, "no data", ha="center", va="center", color="#888888", fontsize=14,
+            transform=ax.transAxes)  # fmt: skip
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+__all__ = ["VALIDITY_PANELS", "Band", "curves_figure", "panels", "plot_curves", "seed_band"]

@@ -2,8 +2,9 @@
 
 Called by :meth:`sarl.study.aggregate.StudyReport.to_markdown` (:func:`markdown`, written as
 ``report.md`` by :func:`sarl.study.report.write_report`) and by the tables a notebook and
-``sarl study report`` show (:func:`arm_columns`, :func:`arm_cells`, :func:`paired_rows` and
-:func:`how_read`, through :mod:`sarl.study.result` and :mod:`sarl.cli.study`), so that the file,
+``sarl study report`` show (:func:`arm_columns`, :func:`arm_cells`, :func:`paired_rows`,
+:func:`validity_columns`, :func:`validity_rows` and :func:`how_read`, through
+:mod:`sarl.study.result` and :mod:`sarl.cli.study`), so that the file,
 the notebook and the terminal read alike. Pure: a :class:`~sarl.study.aggregate.StudyReport` in,
 strings out.
 
@@ -18,10 +19,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sarl.study.flags import (
+    CHANCE,
+    CHANCE_MARGIN,
     FLAG_LENGTH_COLLAPSE,
     FLAG_SR_UP_ACCURACY_DOWN,
     FLAG_TEXT,
+    FLAG_VALIDITY_AT_CHANCE,
     LENGTH_COLLAPSE_RATIO,
+    at_chance,
 )
 from sarl.study.history import COMPARED
 from sarl.study.stats import Interval
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
 
 # Number formats per metric in report.md (lengths are token counts; the rest are rates or small).
 _FORMATS: Mapping[str, str] = {"length": ".1f", "kl": ".4f"}
+_FIGURE_NAMES: Mapping[str, str] = {"auroc": "AUROC", "pair_agreement": "pair agreement"}
 _LABELS: Mapping[str, str] = {
     "eval_accuracy": "held-out avg@{k}",
     "eval_pass": "held-out pass@{k}",
@@ -101,8 +107,53 @@ def arm_cells(report: StudyReport, arm: str) -> list[str]:
         _start_end(agg, "sr"),
         _iv(agg["sr_change"], "sr", signed=True),
         _start_end(agg, "length"),
-        "; ".join(FLAG_TEXT[f] for f in report.flags[arm]) or "—",
+        "; ".join(_flag_text(report, arm, f) for f in report.flags[arm]) or "—",
     ]
+
+
+def _flag_text(report: StudyReport, arm: str, flag: str) -> str:
+    """A flag's text; the validity flag names its rewards."""
+    if flag != FLAG_VALIDITY_AT_CHANCE:
+        return FLAG_TEXT[flag]
+    return f"{FLAG_TEXT[flag]} ({', '.join(report.validity_flagged(arm))})"
+
+
+def validity_columns() -> list[str]:
+    """Headers of the reward-validity table (:func:`validity_rows`)."""
+    return [
+        "arm",
+        "reward",
+        "AUROC start → end",
+        "pair agreement start → end",
+        "pair ties (end)",
+        "Δ reward",
+        "at chance",
+    ]
+
+
+def validity_rows(report: StudyReport) -> list[list[str]]:
+    """One row per arm and reward whose validity the runs logged: AUROC and within-prompt
+    pair agreement (first → last quarter), pair ties at the end, the reward term's change, and
+    which late-window figures are at chance (``flag`` when the reward also rose)."""
+    rows: list[list[str]] = []
+    for arm in report.arms:
+        flagged = report.validity_flagged(arm)
+        for reward, figures in report.validity.get(arm, {}).items():
+            chance = ", ".join(_FIGURE_NAMES[f] for f in at_chance(figures)) or "—"
+            if reward in flagged:
+                chance += " (flag)"
+            rows.append(
+                [
+                    arm,
+                    reward,
+                    _start_end(figures, "auroc"),
+                    _start_end(figures, "pair_agreement"),
+                    _iv(figures["pair_ties_end"], "pair_ties"),
+                    _iv(figures["reward_change"], "reward", signed=True),
+                    chance,
+                ]
+            )
+    return rows
 
 
 def paired_rows(report: StudyReport) -> list[list[str]]:
@@ -149,6 +200,7 @@ def markdown(report: StudyReport) -> str:
         cells = arm_cells(report, arm)
         lines.append("| " + " | ".join([f"`{arm}`", *cells[1:]]) + " |")
     lines += _paired_section(report)
+    lines += _validity_section(report)
     lines += [
         "",
         "## Flags",
@@ -158,10 +210,38 @@ def markdown(report: StudyReport) -> str:
         "change lies entirely below 0 (one seed: the sign of its change).",
         f"- **{FLAG_TEXT[FLAG_LENGTH_COLLAPSE]}** (`{FLAG_LENGTH_COLLAPSE}`): mean response "
         f"length at the end < {LENGTH_COLLAPSE_RATIO:g} x at the start.",
+        f"- **{FLAG_TEXT[FLAG_VALIDITY_AT_CHANCE]}** (`{FLAG_VALIDITY_AT_CHANCE}`): a reward "
+        "term rose on average (last quarter − first) while, over the last quarter, the mean "
+        f"over seeds of its AUROC vs correctness is ≤ {CHANCE + CHANCE_MARGIN:g}, or its "
+        f"within-prompt pairs agree + ties/2 ≤ {CHANCE + CHANCE_MARGIN:g} (correctly ordered "
+        f"pairs exceed wrongly ordered ones by ≤ {2 * CHANCE_MARGIN:g} of all pairs). Only "
+        "where the runs logged reward validity (ground truth known).",
     ]
     if report.notes:
         lines += ["", "## Notes", "", *(f"- {note}" for note in report.notes)]
     return "\n".join(lines) + "\n"
+
+
+def _validity_section(report: StudyReport) -> list[str]:
+    rows = validity_rows(report)
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Reward validity",
+        "",
+        "Does each reward rank the policy's correct responses above its wrong ones? AUROC vs "
+        f"correctness over each training batch ({CHANCE:g} = chance) and the share of "
+        "(correct, incorrect) pairs of one prompt the reward orders correctly (what GRPO's "
+        "advantage uses; ties apart), each the mean of the first → last quarter of the logged "
+        "steps, over seeds; Δ reward: the reward term's own change (last quarter − first).",
+        "",
+        "| " + " | ".join(validity_columns()) + " |",
+        "|" + "---|" * len(validity_columns()),
+    ]
+    for arm, reward, *cells in rows:
+        lines.append("| " + " | ".join([f"`{arm}`", f"`{reward}`", *cells]) + " |")
+    return lines
 
 
 def _paired_section(report: StudyReport) -> list[str]:
@@ -180,4 +260,12 @@ def _paired_section(report: StudyReport) -> list[str]:
     return lines
 
 
-__all__ = ["arm_cells", "arm_columns", "how_read", "markdown", "paired_rows"]
+__all__ = [
+    "arm_cells",
+    "arm_columns",
+    "how_read",
+    "markdown",
+    "paired_rows",
+    "validity_columns",
+    "validity_rows",
+]

@@ -28,6 +28,7 @@ from sarl.study.flags import (
     FLAG_LENGTH_COLLAPSE,
     FLAG_SR_UP_ACCURACY_DOWN,
     FLAG_TEXT,
+    FLAG_VALIDITY_AT_CHANCE,
     LENGTH_COLLAPSE_RATIO,
     flags,
 )
@@ -67,6 +68,8 @@ HEADLINE: tuple[str, ...] = (
     "answer_rate_end",
 )
 HEADLINE_PAIRED: tuple[str, ...] = ("eval_accuracy_end", "eval_accuracy_change", "sr_change")
+#: Reward-validity aggregates logged as ``study/<arm>/validity/<reward>/<name>`` (their means).
+HEADLINE_VALIDITY: tuple[str, ...] = ("auroc_end", "pair_agreement_end")
 _DEFAULT_K = 4  # EvaluationSpec's default; only names metrics when no run evaluated
 
 
@@ -134,8 +137,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def headline_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
-    """Parent-run metrics from a ``summary.json`` document (see :data:`HEADLINE`), plus
-    ``study/<arm>/flags``, the number of flags raised."""
+    """Parent-run metrics from a ``summary.json`` document (see :data:`HEADLINE` and
+    :data:`HEADLINE_VALIDITY`), plus ``study/<arm>/flags``, the number of flags raised."""
     out: dict[str, float] = {}
     for arm, data in summary["arms"].items():
         prefix = f"study/{metric_key(arm)}"
@@ -145,6 +148,10 @@ def headline_metrics(summary: Mapping[str, Any]) -> dict[str, float]:
         for name in HEADLINE_PAIRED:
             if (mean := data["vs_reference"].get(name, {}).get("mean")) is not None:
                 out[f"{prefix}/vs_reference/{name}"] = float(mean)
+        for reward, figures in data.get("validity", {}).items():
+            for name in HEADLINE_VALIDITY:
+                if (mean := figures["aggregate"].get(name, {}).get("mean")) is not None:
+                    out[f"{prefix}/validity/{metric_key(reward)}/{name}"] = float(mean)
         out[f"{prefix}/flags"] = float(len(data["flags"]))
     return out
 
@@ -272,7 +279,9 @@ __all__ = [
     "FLAG_LENGTH_COLLAPSE",
     "FLAG_SR_UP_ACCURACY_DOWN",
     "FLAG_TEXT",
+    "FLAG_VALIDITY_AT_CHANCE",
     "HEADLINE",
+    "HEADLINE_VALIDITY",
     "LENGTH_COLLAPSE_RATIO",
     "MARKDOWN_FILE",
     "SUMMARY_FILE",

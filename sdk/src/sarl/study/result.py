@@ -4,7 +4,8 @@ rendering for notebooks and terminals.
 Built by :func:`sarl.study.runner.run_study`; returned by ``sarl.Client.local().study(...)``. In
 Jupyter a result shows the report's table per arm (means over seeds with their intervals, the
 change from the start, the paired difference to the reference arm, the reward-hacking flags),
-the paired differences and each run's outcome (``_repr_html_``); ``rich.print`` and ``print``
+the paired differences, the reward-validity table where the runs logged it, and each run's
+outcome (``_repr_html_``); ``rich.print`` and ``print``
 show the same (:mod:`sarl.display`). :meth:`StudyResult.to_frame` gives the per-arm numbers to
 pandas and :meth:`StudyResult.figure` the curves over seeds to matplotlib (both
 imported lazily).
@@ -137,7 +138,13 @@ class StudyResult(display.Rendered):
 
 
 def _report_tables(report: StudyReport) -> list[display.Table]:
-    from sarl.study.render import arm_cells, arm_columns, paired_rows
+    from sarl.study.render import (
+        arm_cells,
+        arm_columns,
+        paired_rows,
+        validity_columns,
+        validity_rows,
+    )
 
     columns = arm_columns(report)
     arms = display.Table(
@@ -154,6 +161,15 @@ def _report_tables(report: StudyReport) -> list[display.Table]:
                 f"paired differences vs {report.reference} (arm − reference, same seeds)",
                 ("arm", "metric", "Δ end", "Δ change"),
                 tuple(tuple(r) for r in rows),
+            )
+        )
+    validity = validity_rows(report)
+    if validity:
+        tables.append(
+            display.Table(
+                "reward validity vs correctness (first → last quarter of training, over seeds)",
+                tuple(validity_columns()),
+                tuple(tuple(r) for r in validity),
             )
         )
     return tables

@@ -88,21 +88,24 @@ def mean_curve(curves: Sequence[Points]) -> list[tuple[int, float]]:
     return [(step, sum(values) / len(values)) for step, values in by_step(curves).items()]
 
 
-def draw_seeds(ax: Axes, curves: Sequence[Points], color: Any, *, markers: bool) -> None:
-    """Each curve as a thin line, then their mean as a thick one (one curve: a single line)."""
+def draw_seeds(
+    ax: Axes, curves: Sequence[Points], color: Any, *, markers: bool, ls: str = "-"
+) -> None:
+    """Each curve as a thin line, then their mean as a thick one (one curve: a single line);
+    ``ls`` the line style (the Study report's validity panels tell rewards apart by it)."""
     marker = "o" if markers else ""
     if len(curves) == 1:
         steps, values = zip(*curves[0], strict=True)
-        ax.plot(steps, values, color=color, marker=marker, ms=3, lw=SINGLE_LW)
+        ax.plot(steps, values, color=color, marker=marker, ms=3, lw=SINGLE_LW, ls=ls)
         return
     for curve in curves:
         if curve:
             steps, values = zip(*curve, strict=True)
-            ax.plot(steps, values, color=color, lw=THIN_LW, alpha=THIN_ALPHA)
+            ax.plot(steps, values, color=color, lw=THIN_LW, alpha=THIN_ALPHA, ls=ls)
     mean = mean_curve(curves)
     if mean:
         steps, values = zip(*mean, strict=True)
-        ax.plot(steps, values, color=color, marker=marker, ms=3, lw=THICK_LW)
+        ax.plot(steps, values, color=color, marker=marker, ms=3, lw=THICK_LW, ls=ls)
 
 
 def finish_axes(ax: Axes, label: str, *, xlabel: str = STEP_LABEL) -> None:

@@ -1,0 +1,54 @@
+"""The picture of ``sarl reward diagnose --plot``: a row per reward figure on two panels, the
+interval as a bar, the chance line, "undefined" where a figure is, the PNG written."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from sarl.evaluation.diagnosis import FigureDiagnosis, diagnose
+from sarl.viz.validity import plot_validity, validity_figure
+
+CORRECT = [True, False, True, False, True, False]
+GROUPS = ["p", "p", "q", "q", "r", "r"]
+COLUMNS = {
+    "structure": {
+        "score": [0.9, 0.1, 0.8, 0.2, 0.3, 0.7],
+        "path_length": [math.nan] * 6,  # undefined everywhere
+    },
+    "ground_truth": {"score": [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]},
+}
+
+
+def _rows() -> list[FigureDiagnosis]:
+    return diagnose(COLUMNS, CORRECT, GROUPS, resamples=50)
+
+
+def test_two_panels_with_a_row_per_figure() -> None:
+    fig = validity_figure(_rows(), "title")
+    auroc, pairs = fig.axes
+    assert [auroc.get_title(), pairs.get_title()] == [
+        "AUROC vs correctness",
+        "pairs within a prompt",
+    ]
+    labels = [t.get_text() for t in auroc.get_yticklabels()]
+    assert labels == [
+        "structure: score (SR)",
+        "structure: path_length (L)  (lower = better)",
+        "ground_truth: score",
+    ]
+    for ax in (auroc, pairs):
+        texts = [t.get_text() for t in ax.texts]
+        assert "undefined" in texts  # path_length
+        assert any(line.get_xdata()[0] == 0.5 for line in ax.lines)  # the chance line
+        assert ax.get_xlim() == pytest.approx((-0.02, 1.02))
+    assert "0.889" in [t.get_text() for t in auroc.texts]  # SR's AUROC: 8 of 9 pairs
+
+
+def test_plot_writes_a_png_and_refuses_nothing_to_draw(tmp_path: Path) -> None:
+    out = plot_validity(_rows(), "title", tmp_path / "sub" / "v.png")
+    assert out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(ValueError, match="no reward figures"):
+        validity_figure([], "title")
