@@ -56,7 +56,8 @@ test-main: setup-main
 
 test-verl: setup-verl
 	$(PY_VERL) -m pytest tests/sarl/integrations/test_verl.py tests/sarl/integrations/test_verl_config.py \
-	  tests/sarl/integrations/test_verl_terms_loop.py tests/jobs
+	  tests/sarl/integrations/test_verl_terms_loop.py tests/sarl/integrations/test_verl_validity.py \
+	  tests/sarl/integrations/test_verl_votes.py tests/jobs
 
 bench: setup-main ## Benchmarks: structure reward and embedding client vs naive references
 	$(PY) tests/bench/run_all.py --out out/bench

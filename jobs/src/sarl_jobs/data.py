@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sarl.datasets.schema import verl_row
+from sarl.integrations.verl.votes import ROLLOUT_N_FIELD
 from sarl.spec.experiment import Experiment
 from sarl.tasks.experiment import experiment_problems
 from sarl.tasks.generators import Problem, load_dataset_file
@@ -83,9 +84,11 @@ def problems(
 def verl_rows(exp: Experiment, items: list[Problem], split: str) -> list[dict[str, Any]]:
     """Rows in verl's RL dataset layout (see :mod:`sarl.datasets.schema`): a chat ``prompt``
     from ``data.prompt_template``, ``data_source`` = the task (the reward function's first
-    argument), the answer under ``reward_model.ground_truth`` and ``extra_info``."""
+    argument), the answer under ``reward_model.ground_truth`` and ``extra_info``. With a vote
+    set (``spec.votes_per_prompt``), training rows ask verl for that many responses
+    (``__rollout_n__``, :mod:`sarl.integrations.verl.votes`)."""
     data = exp.spec.data
-    return [
+    rows = [
         verl_row(
             data_source=data.task,
             question=p.question,
@@ -97,3 +100,8 @@ def verl_rows(exp: Experiment, items: list[Problem], split: str) -> list[dict[st
         )
         for i, p in enumerate(items)
     ]
+    votes = exp.spec.votes_per_prompt
+    if split == "train" and votes is not None:
+        for row in rows:
+            row[ROLLOUT_N_FIELD] = votes
+    return rows

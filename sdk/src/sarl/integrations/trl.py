@@ -66,6 +66,12 @@ What this adapter does with them:
   through :func:`bind_policy` (part of :func:`bind_trainer`), called once after the trainer is
   built (the local runner does; the TRL cluster job does the same with one line after building
   its trainer).
+* Vote sets: a group reward whose ``votes_per_prompt`` exceeds ``num_generations`` (TTRL's
+  ``n_votes_per_prompt``) scores each group followed by extra responses to its prompt, drawn
+  for the vote alone with the trainer's generation (bound by :func:`bind_trainer`); TRL gets
+  the scores of the trained completions only, so its groups and advantages are the trained
+  group's (:mod:`sarl.integrations.trl_votes`). The logged component means are those of the
+  trained completions.
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ from pydantic import BaseModel
 
 from sarl.embedding.policy import PolicyEmbedder
 from sarl.evaluation.validity import correctness_flags, validity
+from sarl.integrations.trl_votes import VoteDrawer, trainer_vote_drawer, vote_sets
 from sarl.rewards.base import Reward, RewardOutput, Sample
 from sarl.rewards.math_answer import response_correct
 from sarl.rewards.registry import create_reward
@@ -110,8 +117,20 @@ class TRLRewardFunc:
     ) -> None:
         if num_generations is not None and num_generations < 1:
             raise ValueError(f"num_generations: must be >= 1, got {num_generations}")
+        votes = reward.votes_per_prompt
+        if votes is not None and num_generations is None:
+            raise ValueError(
+                f"reward {reward.name!r} votes over votes_per_prompt={votes} responses per "
+                "prompt: pass num_generations (the trainer's) to size the extra rollouts"
+            )
         self.reward = reward
         self.num_generations = num_generations
+        #: Extra responses per prompt for the vote (0: the trained group votes alone).
+        self.extra_votes = (
+            0 if votes is None or num_generations is None else max(votes - num_generations, 0)
+        )
+        #: Draws them; set by :func:`bind_trainer` (:func:`~.trl_votes.trainer_vote_drawer`).
+        self.draw_votes: VoteDrawer | None = None
         #: Ids that end a completion (EOS and pad); set by :func:`bind_trainer`. With them and
         #: ``completion_ids``, ``Sample.extra["truncated"]`` is TRL's truncation flag.
         self.stop_token_ids = None if stop_token_ids is None else frozenset(stop_token_ids)
@@ -149,9 +168,13 @@ class TRLRewardFunc:
             for i in range(len(completions))
         ]
         spans = group_spans(prompts, self.num_generations)
+        groups = [samples[a:b] for a, b in spans]
+        scored_groups = self._vote_sets(prompts, spans, groups) if self.extra_votes else groups
         responses = [s.response for s in samples]
         with policy_batch(self.reward, prompts, completion_ids, responses):
-            outputs = self._score([samples[a:b] for a, b in spans])
+            scored = self._score(scored_groups)
+        # A vote set's extra responses come after the trained ones; only those are returned.
+        outputs = [out for g, group in zip(scored, groups, strict=True) for out in g[: len(group)]]
         if log_metric is not None:
             log_component_means(outputs, self.reward, log_metric)
             log_validity(outputs, samples, spans, self.reward, log_metric)
@@ -177,14 +200,27 @@ class TRLRewardFunc:
             raise ValueError(f"{self.__name__}: got {len(completion_ids)} completion_ids for {n}")
         return [truncated(ids, self.stop_token_ids) for ids in completion_ids]
 
-    def _score(self, groups: list[list[Sample]]) -> list[RewardOutput]:
+    def _vote_sets(
+        self, prompts: Sequence[Turn], spans: list[tuple[int, int]], groups: list[list[Sample]]
+    ) -> list[list[Sample]]:
+        """Each group followed by the extra responses its vote needs, all drawn in one call."""
+        if self.draw_votes is None:
+            raise ValueError(
+                f"reward {self.reward.name!r} votes over votes_per_prompt="
+                f"{self.reward.votes_per_prompt} responses per prompt, but no trainer draws the "
+                "extra ones: call sarl.integrations.trl.bind_trainer after building the trainer"
+            )
+        size = self.num_generations or 1  # set whenever extra_votes is (__init__)
+        return vote_sets(self.draw_votes, prompts, spans, groups, size, self.extra_votes)
+
+    def _score(self, groups: list[list[Sample]]) -> list[list[RewardOutput]]:
         scored = self.reward.score_groups(groups)
         if [len(g) for g in scored] != [len(g) for g in groups]:
             raise RuntimeError(
                 f"reward {self.reward.name!r}: score_groups returned groups of sizes "
                 f"{[len(g) for g in scored]} for inputs of sizes {[len(g) for g in groups]}"
             )
-        return [out for group in scored for out in group]
+        return scored
 
     def close(self) -> None:
         """Release the reward's pools and clients."""
@@ -261,7 +297,9 @@ def bind_trainer(rewards: Iterable[Reward | TRLRewardFunc], trainer: Any) -> Non
 
     Policy embedders get the trainer's policy (:func:`bind_policy`), and every
     :class:`TRLRewardFunc` gets the trainer's stop token ids, so each batch's
-    ``Sample.extra["truncated"]`` is the flag TRL itself masks with. Other functions are skipped.
+    ``Sample.extra["truncated"]`` is the flag TRL itself masks with; one whose reward votes over
+    more responses than the trained group gets the trainer's generation to draw the extra ones
+    (:func:`~sarl.integrations.trl_votes.trainer_vote_drawer`). Other functions are skipped.
     """
     rewards = list(rewards)
     bind_policy(rewards, trainer)
@@ -269,6 +307,8 @@ def bind_trainer(rewards: Iterable[Reward | TRLRewardFunc], trainer: Any) -> Non
     for reward in rewards:
         if isinstance(reward, TRLRewardFunc):
             reward.stop_token_ids = stop
+            if reward.extra_votes:
+                reward.draw_votes = trainer_vote_drawer(trainer)
 
 
 def policy_batch(

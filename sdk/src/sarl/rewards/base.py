@@ -58,6 +58,19 @@ class Reward(ABC):
         """Keys of ``RewardOutput.components``, fixed for this reward (:attr:`components`)."""
         return self.components
 
+    @classmethod
+    def vote_set_size(cls, settings: BaseModel) -> int | None:
+        """Responses per prompt this group reward wants in each group it scores (its *vote
+        set*), of which only the first ``rollouts_per_prompt`` are trained on; None (the
+        default): the trained group itself. The adapters draw the extra responses and drop
+        their scores (TTRL's ``n_votes_per_prompt``, :mod:`sarl.rewards.baselines.ttrl`)."""
+        return None
+
+    @property
+    def votes_per_prompt(self) -> int | None:
+        """:meth:`vote_set_size` of this reward's settings."""
+        return self.vote_set_size(self.settings)
+
     @abstractmethod
     def score_groups(self, groups: Sequence[Sequence[Sample]]) -> list[list[RewardOutput]]:
         """Score a batch of groups; output mirrors the input nesting and order."""

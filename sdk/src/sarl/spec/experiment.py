@@ -702,6 +702,63 @@ class ExperimentSpec(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _vote_set_holds_the_group(self) -> ExperimentSpec:
+        _check_vote_sets(self.reward, self.algorithm.rollouts_per_prompt)
+        return self
+
+    @property
+    def votes_per_prompt(self) -> int | None:
+        """Responses drawn per prompt when a group reward votes over more than the trained
+        group (TTRL's ``votes_per_prompt``), of which ``algorithm.rollouts_per_prompt`` are
+        trained on; None when the trained group is all there is."""
+        sizes = _vote_set_sizes(self.reward)
+        size = max(sizes.values(), default=None)
+        return size if size is not None and size > self.algorithm.rollouts_per_prompt else None
+
+
+def _vote_set_sizes(terms: list[RewardTerm]) -> dict[int, int]:
+    """Term index -> the vote set its reward asks for (``Reward.vote_set_size``), where set."""
+    from sarl.rewards.registry import get_reward_class, parse_settings
+
+    sizes: dict[int, int] = {}
+    for i, term in enumerate(terms):
+        size = get_reward_class(term.name).vote_set_size(parse_settings(term.name, term.settings))
+        if size is not None:
+            sizes[i] = size
+    return sizes
+
+
+def _check_vote_sets(terms: list[RewardTerm], group: int) -> None:
+    """A vote set holds the trained group; one reward draws it, and no other group reward
+    shares the run (it would score the trained group on TRL but the vote set on verl)."""
+    from sarl.rewards.registry import get_reward_class
+
+    sizes = _vote_set_sizes(terms)
+    for i, size in sizes.items():
+        if size < group:
+            raise FieldError(
+                ("reward", i, "settings", "votes_per_prompt"),
+                size,
+                f"must be at least spec.algorithm.rollouts_per_prompt ({group}): the vote set "
+                f"holds the {group} trained responses plus extra ones drawn for the vote; set "
+                f"votes_per_prompt >= {group} (TTRL's recipe: 64 votes for 32 trained) or leave "
+                "it out to vote within the trained group",
+            )
+    voters = [i for i, size in sizes.items() if size > group]
+    if not voters:
+        return
+    for j, term in enumerate(terms):
+        if j != voters[0] and (j in voters or get_reward_class(term.name).needs_group):
+            raise FieldError(
+                ("reward", j, "name"),
+                term.name,
+                f"spec.reward[{voters[0]}] votes over {sizes[voters[0]]} responses per prompt "
+                f"(votes_per_prompt > rollouts_per_prompt {group}); another group reward in "
+                "the same run would score the trained group on TRL but the vote set on verl: "
+                "run it in its own Experiment, or drop votes_per_prompt",
+            )
+
 
 def _explicit(value: Any) -> Any:
     """Only the explicitly set fields of nested models, so defaults do not mask a preset."""

@@ -71,3 +71,46 @@ def test_components_report_the_vote() -> None:
     assert {o.components["has_label"] for o in out} == {1.0}
     vote = majority_vote(["0.5", "1/2", "9"])
     assert vote.label == "0.5" and vote.votes == 2 and vote.agrees == (True, True, False)
+
+
+# --- vote sets larger than the trained group -----------------------------------------------------
+
+# TTRL's reference at PRIME-RL/TTRL 3e2cc9376dc7486256f6021b37c4353d0e1abe2b: the outputs of
+# `test_time_train_metrics(solutions, ...)` (verl/verl/utils/reward_score/ttrl/ttt_metrics.py, run
+# on responses "Let us compute. The answer is \boxed{<answer>}." of these answers): the reward of
+# every vote and `majority_ratio`. Its trainer keeps the first n_samples_per_prompt = 4 of the
+# n_votes_per_prompt = 8 (`_select_top_k_per_prompt`, verl/verl/trainer/ppo/ray_trainer.py).
+# Inputs and outputs only.
+REFERENCE_VOTE_SETS = {
+    # the vote set overrules the trained group's own majority (12, two of four)
+    "overruled": (["12", "7", "12", "5", "7", "7", "7", "12"], [0, 1, 0, 0, 1, 1, 1, 0], 0.5),
+    "agrees": (["3", "3", "8", "3", "8", "1", "3", "8"], [1, 1, 0, 1, 0, 0, 1, 0], 0.5),
+    # 4 and 9 tie with three votes: Counter.most_common takes the first seen (tie_break first)
+    "tie": (["4", "9", "9", "4", "2", "4", "9", "2"], [1, 0, 0, 1, 0, 1, 0, 0], 0.375),
+}
+TRAINED = 4
+
+
+@pytest.mark.parametrize("case", sorted(REFERENCE_VOTE_SETS))
+def test_vote_set_label_matches_ttrl_reference(case: str) -> None:
+    answers, rewards, ratio = REFERENCE_VOTE_SETS[case]
+    settings = {"votes_per_prompt": len(answers), "tie_break": "first"}
+    out = create_reward("ttrl", settings).score_groups([boxed(*answers)])[0]
+    assert [o.score for o in out] == rewards
+    assert [o.score for o in out[:TRAINED]] == rewards[:TRAINED]  # what is trained on
+    assert {o.components["majority_ratio"] for o in out} == {ratio}  # share of the vote set
+
+
+def test_the_trained_group_alone_would_vote_otherwise() -> None:
+    answers, rewards, _ = REFERENCE_VOTE_SETS["overruled"]
+    alone = [o.score for o in create_reward("ttrl").score_groups([boxed(*answers[:TRAINED])])[0]]
+    assert alone == [1, 0, 1, 0] != rewards[:TRAINED]
+
+
+def test_vote_set_size_comes_from_the_settings() -> None:
+    assert create_reward("ttrl").votes_per_prompt is None
+    assert create_reward("ttrl", {"votes_per_prompt": 64}).votes_per_prompt == 64
+    assert TTRLReward.vote_set_size(TTRLReward.Settings(votes_per_prompt=16)) == 16
+    with pytest.raises(RewardConfigError, match="votes_per_prompt"):
+        create_reward("ttrl", {"votes_per_prompt": 1})
+    assert create_reward("empo").votes_per_prompt is None  # other rewards vote in the group

@@ -31,6 +31,16 @@ verl nor Hydra. Every key is checked against verl 0.9.1's own config by
   numeric ``truncated_score`` unless its weight is 0; a spec leaving it None is refused, naming
   the field. Refused too, naming the field: a reward appearing in two terms (its curves would
   share one name) and ``embedder.kind: policy``.
+* Reward validity: the v1 trainer in ``sync`` mode with
+  :class:`sarl.integrations.verl.sampler.SarlReplayBuffer` as its replay buffer
+  (``trainer.v1.sampler.custom_sampler``), which adds each step's ``validity/<reward>/...``
+  figures (AUROC and within-group pair agreement against ground-truth correctness, every term
+  weight 0 included) to verl's step metrics; same names as the local runner's.
+* Vote sets (a group reward with ``votes_per_prompt`` above ``rollouts_per_prompt``, TTRL's
+  ``n_votes_per_prompt``): ``rollout.n`` stays the trained group, the training rows ask for the
+  vote set (``__rollout_n__``), the reward manager scores groups of that size and so does
+  validation, and the replay buffer keeps each prompt's first ``rollouts_per_prompt`` responses
+  for training (:mod:`sarl.integrations.verl.votes`).
 * Tracking: with ``metrics_file`` (the job passes one when a tracking URI is set),
   ``trainer.logger=[console,file]``: verl's file logger appends each step's metrics to that file,
   which the job's driver follows into sarl's spooling tracker (:mod:`sarl_jobs.verl_tracking`),
@@ -50,12 +60,16 @@ from sarl.integrations.verl.overrides import (
     verl_reward_overrides,
     verl_terms_overrides,
 )
+from sarl.integrations.verl.votes import vote_overrides
 from sarl.rewards.registry import get_reward_class, parse_settings
 from sarl.spec.experiment import Experiment
 
 #: spec ``algorithm.name`` -> verl 0.9.1 ``algorithm.adv_estimator``.
 ADV_ESTIMATORS: Final = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo"}
 CHECKPOINT_CALLBACK: Final = "sarl_jobs.checkpoints.StoreCheckpointCallback"
+#: verl's replay buffer with the reward-validity metrics (``trainer.v1.sampler.custom_sampler``).
+SAMPLER_PATH: Final = "pkg://sarl.integrations.verl.sampler"
+SAMPLER_NAME: Final = "SarlReplayBuffer"
 #: Top-level config section read by :class:`sarl_jobs.checkpoints.StoreCheckpointCallback`.
 SARL_STORAGE_KEY: Final = "sarl.storage"
 _AR = "actor_rollout_ref"
@@ -118,6 +132,9 @@ def verl_overrides(
             }
         )
     lines = [f"{key}={hydra_value(value)}" for key, value in values.items()]
+    lines += _sampler(exp)
+    if exp.spec.votes_per_prompt is not None:  # trained on the first responses of each prompt
+        lines += vote_overrides(algo.rollouts_per_prompt)
     lines += _reward(exp)
     lines += _storage(exp, checkpoint_uri, endpoint_url)
     lines += _tracking_env(metrics_file)
@@ -151,8 +168,9 @@ def _actor_rollout_ref(exp: Experiment, model: str) -> dict[str, object]:
         f"{_AR}.rollout.log_prob_micro_batch_size_per_gpu": micro,
         # The paper's 4B policy fits on one GPU; verl's default (2) fails on a single GPU.
         f"{_AR}.rollout.tensor_model_parallel_size": 1,
-        # Group rewards need whole groups at validation too (SarlRewardManager checks it).
-        f"{_AR}.rollout.val_kwargs.n": algo.rollouts_per_prompt if group else evaluation.k,
+        # Group rewards need whole groups (the vote set, if any) at validation too
+        # (SarlRewardManager checks it).
+        f"{_AR}.rollout.val_kwargs.n": _group_size(exp) if group else evaluation.k,
         f"{_AR}.rollout.val_kwargs.temperature": evaluation.temperature,
         f"{_AR}.rollout.val_kwargs.do_sample": True,
     }
@@ -180,6 +198,19 @@ def _trainer(exp: Experiment, *, n_gpus_per_node: int, nnodes: int) -> dict[str,
     return values
 
 
+def _sampler(exp: Experiment) -> list[str]:
+    """verl's sync replay buffer with the reward-validity metrics (verl.sampler.SarlReplayBuffer);
+    ``sarl_reward`` names the single reward (several terms are named by their extra info)."""
+    name = get_reward_class(exp.spec.reward[0].name).name
+    values = {
+        "trainer.v1.trainer_mode": "sync",
+        "trainer.v1.sampler.custom_sampler.path": SAMPLER_PATH,
+        "trainer.v1.sampler.custom_sampler.name": SAMPLER_NAME,
+        "++trainer.v1.sampler.sampler_kwargs.sarl_reward": name,
+    }
+    return [f"{key}={hydra_value(value)}" for key, value in values.items()]
+
+
 def _reward(exp: Experiment) -> list[str]:
     terms = exp.spec.reward
     classes = [get_reward_class(t.name) for t in terms]
@@ -200,7 +231,7 @@ def _reward(exp: Experiment) -> list[str]:
     group = any(c.needs_group for c in classes)
     # the manager sees the response tokens, so it can tell truncated responses
     manager = group or any(c.masks_truncated for c in classes)
-    group_size = exp.spec.algorithm.rollouts_per_prompt if group else None
+    group_size = _group_size(exp) if group else None
     if len(terms) == 1 and terms[0].weight == 1.0:
         term = terms[0]
         return verl_reward_overrides(term.name, term.settings, group=manager, group_size=group_size)
@@ -208,6 +239,13 @@ def _reward(exp: Experiment) -> list[str]:
     # sum, each term reported as reward/<name> and <name>/<component> (see verl.terms).
     weighted = [TermOptions(reward=t.name, weight=t.weight, settings=t.settings) for t in terms]
     return verl_terms_overrides(weighted, group=manager, group_size=group_size)
+
+
+def _group_size(exp: Experiment) -> int:
+    """Responses per prompt a group reward scores together: the vote set when a reward votes
+    over more than the trained group (generated per training prompt through ``__rollout_n__``,
+    :mod:`sarl.integrations.verl.votes`), else ``rollouts_per_prompt``."""
+    return exp.spec.votes_per_prompt or exp.spec.algorithm.rollouts_per_prompt
 
 
 def _check_embedder(index: int, settings: dict[str, object]) -> None:

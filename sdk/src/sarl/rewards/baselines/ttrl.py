@@ -18,6 +18,22 @@ Edge cases (TTRL's reference pseudo-code, ``Counter(answers).most_common(1)``, l
   group, which is what ``Counter.most_common`` does in TTRL's pseudo-code.
 * A group of one answered sample agrees with itself (score 1): majority voting needs groups of
   more than one response to carry information.
+
+Vote set (``votes_per_prompt``). TTRL's reference (PRIME-RL/TTRL at 3e2cc93,
+``verl/verl/workers/reward_manager/ttrl.py`` and ``verl/verl/trainer/ppo/ray_trainer.py``) samples
+``n_votes_per_prompt`` responses per prompt, takes the label from all of them and trains on
+``n_samples_per_prompt`` of them (the first of each prompt, ``_select_top_k_per_prompt``); its
+AIME and AMC scripts (``verl/examples/ttrl/{aime,amc}.sh``) use 64 votes and 32 trained responses.
+Here ``votes_per_prompt`` (default None: vote within the trained group) makes the adapters draw
+``votes_per_prompt - rollouts_per_prompt`` extra responses per prompt from the policy, with its
+sampling settings, for the vote alone: the group this reward scores is the vote set, trained
+responses first, and the adapters keep only the trained responses' scores, so advantages are
+computed over the trained group, as in the reference (TRL: :mod:`sarl.integrations.trl_votes`;
+verl: :mod:`sarl.integrations.verl.votes`). ``majority_ratio`` is the winner's share of the whole
+vote set, as the reference's. The reference differs on the edge cases above: its extractor turns
+a response without an answer into ``""``, which votes (three unanswered responses out of four
+make ``""`` the label and score 1), and a tie goes to the first-seen answer (``tie_break:
+first``).
 """
 
 from __future__ import annotations
@@ -38,7 +54,7 @@ TieBreak = Literal["none", "first"]
 
 
 class TTRLRewardSettings(BaseModel):
-    """How a tie for the most votes is resolved (see the module docstring)."""
+    """How a tie for the most votes is resolved and how many responses vote (module docstring)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -46,6 +62,15 @@ class TTRLRewardSettings(BaseModel):
         default="none",
         description="'none': a tie gives no pseudo-label (all score 0); 'first': the tied answer "
         "that appeared first wins (TTRL's Counter.most_common).",
+    )
+    votes_per_prompt: int | None = Field(
+        default=None,
+        ge=2,
+        description="Responses per prompt that vote for the pseudo-label (TTRL's "
+        "n_votes_per_prompt): at least spec.algorithm.rollouts_per_prompt, the responses "
+        "trained on; the others are extra rollouts drawn for the vote alone, so generation "
+        "costs votes_per_prompt / rollouts_per_prompt times as much. None: vote within the "
+        "trained group. TTRL's recipe (AIME, AMC): 64, with rollouts_per_prompt 32.",
     )
 
 
@@ -85,6 +110,10 @@ class TTRLReward(PerGroupReward):
     def __init__(self, settings: TTRLRewardSettings) -> None:
         super().__init__(settings)
         self._settings = settings
+
+    @classmethod
+    def vote_set_size(cls, settings: BaseModel) -> int | None:
+        return settings.votes_per_prompt if isinstance(settings, TTRLRewardSettings) else None
 
     def score_group(self, group: Sequence[Sample], index: int) -> list[RewardOutput]:
         answers = [extract_answer(s.response) for s in group]
