@@ -52,10 +52,10 @@ demo-traces: setup-main ## Score the bundled sample traces; table + reasoning-ma
 test: test-main test-verl ## Run the full default test suite (both environments)
 
 test-main: setup-main
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 
 test-verl: setup-verl
-	$(PY_VERL) -m pytest tests/sarl/integrations/test_verl.py tests/sarl/integrations/test_verl_config.py \
+	$(PY_VERL) -m pytest --durations=15 tests/sarl/integrations/test_verl.py tests/sarl/integrations/test_verl_config.py \
 	  tests/sarl/integrations/test_verl_terms_loop.py tests/sarl/integrations/test_verl_validity.py \
 	  tests/sarl/integrations/test_verl_votes.py tests/jobs
 
