@@ -57,7 +57,7 @@ def s3_endpoint() -> Iterator[str]:
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The real MLflow tracking server (``mlflow server`` subprocess, SQLite backend, proxied
     artifacts), started once per session (~10-15 s)."""
-    from sarl.testing.mlflow_server import running_mlflow_server
+    from tests.support.mlflow_server import running_mlflow_server
 
     with running_mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as server:
         yield server

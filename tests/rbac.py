@@ -2,7 +2,7 @@
 to the API calls actually made (tests/charts/test_rbac.py: the ``sarl`` CLI against the
 aggregated user roles; tests/operators/test_rbac.py: the operator against its own roles).
 
-The calls are read from the in-memory API server (:mod:`sarl.testing.kube_server`; kmock keeps
+The calls are read from the in-memory API server (:mod:`tests.support.kube_server`; kmock keeps
 every request it served) and turned into :class:`Call`\\ s the way the API server's request-info
 resolver does: ``GET`` with a name is ``get``, without one ``list``, with ``?watch`` ``watch``;
 ``POST`` ``create``, ``PUT`` ``update``, ``PATCH`` ``patch``, ``DELETE`` ``delete`` (without a
@@ -106,7 +106,7 @@ class Recorded:
 
 
 def recorded(server: Any, since: int = 0) -> list[Recorded]:
-    """The resource requests ``server`` (a :class:`~sarl.testing.kube_server.KubeServer`) has
+    """The resource requests ``server`` (a :class:`~tests.support.kube_server.KubeServer`) has
     served, from the ``since``-th request on (see :func:`request_count`)."""
 
     def read(emulator: Any) -> list[tuple[str, str, dict[str, str], Any, str]]:

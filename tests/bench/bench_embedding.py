@@ -2,7 +2,7 @@
 
 Run by ``make bench`` (through ``run_all.py``) or directly with
 ``PYTHONPATH=sdk/src python tests/bench/bench_embedding.py``; not collected by pytest. Both paths
-talk to the same local OpenAI-compatible server (:mod:`sarl.testing.embedding_server`), so the
+talk to the same local OpenAI-compatible server (:mod:`tests.support.embedding_server`), so the
 numbers measure request overhead and duplicated work, not a model:
 
 * naive reference: one request per response, sequentially, every step sent as it is, vectors as
@@ -128,8 +128,12 @@ def _server_process(dim: int) -> Iterator[str]:
     the overlap that concurrent requests buy against a real, separate server.
     """
     src = str(Path(sarl.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "sarl.testing.embedding_server", "--port", "0"]
+    root = str(Path(__file__).resolve().parents[2])  # the server is tests.support.embedding_server
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([root, src, os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [sys.executable, "-m", "tests.support.embedding_server", "--port", "0"]
     proc = subprocess.Popen(
         [*command, "--dim", str(dim)], stdout=subprocess.PIPE, text=True, env=env
     )

@@ -46,9 +46,9 @@ from typing import Any
 
 from sarl.spec.loader import load_study
 from sarl.spec.study import TAG_ARM, Study
-from sarl.testing.mlflow_server import MlflowServer, running_mlflow_server
 from sarl.tracking.describe import ui_url
 from tests.browser.cdp import Page, headless_chromium
+from tests.support.mlflow_server import MlflowServer, running_mlflow_server
 
 #: A Study small enough to train on a CPU in a few minutes, shaped as examples/studies/local-demo.
 TINY_STUDY: dict[str, Any] = {

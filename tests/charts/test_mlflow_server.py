@@ -94,7 +94,7 @@ def chart_server(
     request: pytest.FixtureRequest, s3_endpoint: str, tmp_path: Path
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(tracking URL, rendered container)`` of the chart's server, running until the test ends."""
-    from sarl.testing.mlflow_server import free_port, stop_process_group
+    from tests.support.mlflow_server import free_port, stop_process_group
 
     container = _container(request.param)
     port = free_port()

@@ -2,7 +2,7 @@
 
 Users: two ClusterRoles aggregated into the built-in ``view`` and ``edit``/``admin``. The
 ``sarl`` commands are run (typer's CliRunner, the real cluster client, real HTTP) against the
-in-memory Kubernetes API server (:mod:`sarl.testing.kube_server`, kmock's emulation with the
+in-memory Kubernetes API server (:mod:`tests.support.kube_server`, kmock's emulation with the
 ``studies`` resource declared; no real cluster here), every request is recorded, and each call
 must be allowed by ``view`` (status, logs, wait) or ``edit`` (submit, delete) as aggregated from
 this chart's roles in a namespace (a RoleBinding), so a new client call without a matching rule
@@ -99,8 +99,8 @@ def test_users_cannot_write_status() -> None:
 @pytest.fixture(scope="module")
 def server() -> Iterator[Any]:
     pytest.importorskip("kmock")
-    from sarl.testing.kube_server import kube_server
     from tests.sarl.cluster.study_server import WITH_STUDIES
+    from tests.support.kube_server import kube_server
 
     with kube_server(WITH_STUDIES) as ks:
         yield ks
@@ -108,7 +108,7 @@ def server() -> Iterator[Any]:
 
 def _seed_pod(server: Any, experiment: str) -> None:
     """The training master pod, stored directly (no request): the Training Operator's job."""
-    from sarl.testing.kube_server import PODS
+    from tests.support.kube_server import PODS
 
     labels = {
         "training.kubeflow.org/job-name": experiment,

@@ -3,7 +3,7 @@ operator: submit, watch until Running, read the training log, list, delete.
 
 No Kubernetes cluster can run here, so the parts of one are stand-ins:
 
-- the Kubernetes API server is kmock's in-memory emulation (:mod:`sarl.testing.kube_server`: real
+- the Kubernetes API server is kmock's in-memory emulation (:mod:`tests.support.kube_server`: real
   HTTP, the Experiment and Study resources declared as the platform chart's CRDs do; no
   admission, no schema validation, no garbage collector, so the deleted Experiment's children
   stay behind here);
@@ -42,7 +42,11 @@ pytest.importorskip("nbclient")
 from kubernetes import client as k8s
 from kubernetes import config
 
-from sarl.testing.kube_server import (
+from tests.examples.notebooks import NOTEBOOKS, execute, outputs_text
+from tests.jobs.pytorchjob_emulator import Replica, replica_envs
+from tests.operators.test_operator import Operator, kserve_standin
+from tests.sarl.cluster.study_server import WITH_STUDIES
+from tests.support.kube_server import (
     CONFIGMAPS,
     EXPERIMENTS,
     PODS,
@@ -51,10 +55,6 @@ from sarl.testing.kube_server import (
     KubeServer,
     kube_server,
 )
-from tests.examples.notebooks import NOTEBOOKS, execute, outputs_text
-from tests.jobs.pytorchjob_emulator import Replica, replica_envs
-from tests.operators.test_operator import Operator, kserve_standin
-from tests.sarl.cluster.study_server import WITH_STUDIES
 
 NAMESPACE: Final = "team-nb"
 NAME: Final = "nb-grpo-math"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sarl.testing.mlflow_server import free_port, live_group_members, running_mlflow_server
+from tests.support.mlflow_server import free_port, live_group_members, running_mlflow_server
 
 # Small retry budgets: every failed send is one warning line ("not answering").
 OUTAGE_ENV = {

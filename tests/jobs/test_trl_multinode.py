@@ -79,7 +79,7 @@ def s3(network: PodNetwork) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def mlflow_url(network: PodNetwork, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from sarl.testing.mlflow_server import running_mlflow_server
+    from tests.support.mlflow_server import running_mlflow_server
 
     tmp = tmp_path_factory.mktemp("mlflow-multinode")
     with running_mlflow_server(tmp, host=network.host_address) as server:

@@ -2,7 +2,7 @@
 v2's TrainJob controller (status only) and Kueue's admission, over the in-memory API server.
 
 Used by ``tests/operators/test_trainer_v2_operator.py``, which runs the real operator (``kopf
-run``) against :mod:`sarl.testing.kube_server`. Each stand-in is a thread that polls the
+run``) against :mod:`tests.support.kube_server`. Each stand-in is a thread that polls the
 server's objects and answers with merge patches, as the controllers' reconcilers would (only
 the parts our operator reads are reproduced):
 
@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from kubernetes import dynamic
 
-from sarl.testing.kube_server import TRAINJOBS, KubeServer, Resource
+from tests.support.kube_server import TRAINJOBS, KubeServer, Resource
 
 WORKLOADS: Final = Resource(
     "kueue.x-k8s.io", "v1beta2", "workloads", "Workload", subresources=("status",)

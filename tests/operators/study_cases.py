@@ -21,7 +21,7 @@ import yaml
 
 from sarl.spec.loader import load_study
 from sarl.spec.study import Study
-from sarl_operator import builders, evaluation, handlers, study_builders
+from sarl_operator import builders, evaluation, experiment_handlers, study_builders
 from tests.operators.cases import GOLDEN_DIR, IMAGE, NAMESPACE, PLATFORM, ROOT, TRACKING_URI
 
 EXAMPLE: Final = ROOT / "examples" / "studies" / "sarl-math.yaml"
@@ -98,7 +98,7 @@ def child_children(s: Study) -> list[dict[str, Any]]:
         if o["metadata"]["labels"]["sarl.dev/arm"] == reference
         and o["metadata"]["labels"]["sarl.dev/seed"] == str(s.spec.seeds[0])
     ]
-    exp = handlers.experiment_from_body(obj, PLATFORM)
+    exp = experiment_handlers.experiment_from_body(obj, PLATFORM)
     meta = {**obj["metadata"], "uid": CHILD_UID}
     kwargs: dict[str, Any] = {
         "image": IMAGE,

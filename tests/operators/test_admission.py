@@ -6,7 +6,7 @@ existing certificates, values the schema refuses), then the webhook for real: th
 operator (``kopf run``) with the chart's rendered environment, TLS Secret and webhook path,
 answering AdmissionReview v1 requests POSTed over HTTPS to kopf's WebhookServer, the server
 certificate checked against the chart's caBundle for the Service name the API server uses. kopf
-needs an API server for discovery: the in-memory one of :mod:`sarl.testing.kube_server` (no
+needs an API server for discovery: the in-memory one of :mod:`tests.support.kube_server` (no
 real cluster here, so no API server calls the webhook; the requests are built as it would).
 """
 
@@ -421,9 +421,9 @@ def operator(
     pytest.importorskip("kmock")
     import os
 
-    from sarl.testing.kube_server import SARL_RESOURCES, Resource, kube_server
-    from sarl.testing.mlflow_server import free_port
     from tests.operators.test_rbac import ChartOperator
+    from tests.support.kube_server import SARL_RESOURCES, Resource, kube_server
+    from tests.support.mlflow_server import free_port
 
     tmp = tmp_path_factory.mktemp("webhook")
     files = {}

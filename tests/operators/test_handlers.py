@@ -16,12 +16,13 @@ from typing import Any
 import kopf
 import pytest
 
-from sarl_operator import builders, handlers
+from sarl_operator import builders, experiment_handlers, handlers
 from sarl_operator.kube import MissingApiError
+from sarl_operator.reconcile import TRACKING_RETRY_DELAY_S, Settings, status_interval_s
 from sarl_operator.tracking import Progress, RunRef, TrackingError
 from tests.operators.cases import CASES, IMAGE, NAMESPACE, PLATFORM
 
-SETTINGS = handlers.Settings(verl_image=IMAGE, platform=PLATFORM)
+SETTINGS = Settings(verl_image=IMAGE, platform=PLATFORM)
 
 
 class FakeTracker:
@@ -141,11 +142,11 @@ def _reconcile(
     body: dict[str, Any],
     api: FakeApi,
     events: list[tuple[str, ...]],
-    settings: handlers.Settings = SETTINGS,
+    settings: Settings = SETTINGS,
     tracker: FakeTracker | None = None,
 ) -> dict[str, Any]:
     patch: dict[str, Any] = {}
-    handlers.reconcile(
+    experiment_handlers.reconcile(
         body,
         patch,
         api,
@@ -200,11 +201,11 @@ def test_timer_refresh_follows_job_conditions() -> None:
     api, events = FakeApi(), list[tuple[str, ...]]()
     body = _body("sarl-grpo-math")
     body["status"] = _reconcile(body, api, events)["status"]
-    exp = handlers.experiment_from_body(body)
+    exp = experiment_handlers.experiment_from_body(body)
     job = api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, exp.name)]
     job["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
     patch: dict[str, Any] = {}
-    handlers.refresh_status(
+    experiment_handlers.refresh_status(
         body,
         patch,
         api,
@@ -224,7 +225,7 @@ def test_invalid_spec_is_permanent_error_naming_field() -> None:
     patch: dict[str, Any] = {}
     tracker = FakeTracker()
     with pytest.raises(kopf.PermanentError, match=r"spec\.algorithm\.learning_rate=-1"):
-        handlers.reconcile(
+        experiment_handlers.reconcile(
             body,
             patch,
             api,
@@ -247,7 +248,7 @@ def test_spec_the_trainer_refuses_fails_at_reconcile_naming_the_field() -> None:
     api, events, tracker = FakeApi(), list[tuple[str, ...]](), FakeTracker()
     patch: dict[str, Any] = {}
     with pytest.raises(kopf.PermanentError, match=r"spec\.reward\[1\]\.settings\.embedder"):
-        handlers.reconcile(
+        experiment_handlers.reconcile(
             _body("sarl-grpo-math", spec),
             patch,
             api,
@@ -261,7 +262,7 @@ def test_spec_the_trainer_refuses_fails_at_reconcile_naming_the_field() -> None:
 
 def test_job_builders_by_kind() -> None:
     """Each builder is found under the kind it builds (``spec.resources.job_kind``)."""
-    assert {k: (b.kind, b.api_version) for k, b in handlers.JOB_BUILDERS.items()} == {
+    assert {k: (b.kind, b.api_version) for k, b in experiment_handlers.JOB_BUILDERS.items()} == {
         "PyTorchJob": ("PyTorchJob", builders.PyTorchJobBuilder().api_version),
         "TrainJob": ("TrainJob", "trainer.kubeflow.org/v1alpha1"),
     }
@@ -269,7 +270,7 @@ def test_job_builders_by_kind() -> None:
 
 def test_run_created_once_and_passed_to_the_job() -> None:
     api, events, tracker = FakeApi(), list[tuple[str, ...]](), FakeTracker()
-    settings = handlers.Settings(
+    settings = Settings(
         verl_image=IMAGE,
         platform=PLATFORM,
         tracking_uri="http://mlflow:5000",
@@ -296,10 +297,10 @@ def test_no_tracking_uri_means_no_run_and_empty_run_id() -> None:
 
 def test_tracking_down_is_temporary_and_creates_no_job() -> None:
     api, events = FakeApi(), list[tuple[str, ...]]()
-    settings = handlers.Settings(verl_image=IMAGE, platform=PLATFORM, tracking_uri="http://x")
+    settings = Settings(verl_image=IMAGE, platform=PLATFORM, tracking_uri="http://x")
     patch: dict[str, Any] = {}
     with pytest.raises(kopf.TemporaryError) as err:
-        handlers.reconcile(
+        experiment_handlers.reconcile(
             _body("sarl-grpo-math"),
             patch,
             api,
@@ -307,7 +308,7 @@ def test_tracking_down_is_temporary_and_creates_no_job() -> None:
             post_event=lambda _obj, *event: events.append(event),
             tracker_factory=lambda _uri: FakeTracker(down=True),
         )
-    assert err.value.delay == handlers.TRACKING_RETRY_DELAY_S
+    assert err.value.delay == TRACKING_RETRY_DELAY_S
     assert api.writes == []
     tracking = next(c for c in patch["status"]["conditions"] if c["type"] == "TrackingReady")
     assert tracking["status"] == "False" and "ConnectError" in tracking["message"]
@@ -318,12 +319,12 @@ def test_succeeded_training_creates_the_eval_job_once() -> None:
     api, events = FakeApi(), list[tuple[str, ...]]()
     body = _body("sarl-grpo-math")
     body["status"] = _reconcile(body, api, events)["status"]
-    exp = handlers.experiment_from_body(body, PLATFORM)
+    exp = experiment_handlers.experiment_from_body(body, PLATFORM)
     job = api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, exp.name)]
     job["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
     for _ in range(2):
         patch: dict[str, Any] = {}
-        handlers.refresh_status(
+        experiment_handlers.refresh_status(
             body,
             patch,
             api,
@@ -342,25 +343,25 @@ def test_succeeded_training_creates_the_eval_job_once() -> None:
     ("env", "expected"), [({}, 30.0), ({"SARL_STATUS_INTERVAL_S": "1.5"}, 1.5)]
 )
 def test_status_interval_from_env(env: dict[str, str], expected: float) -> None:
-    assert handlers.status_interval_s(env) == expected
+    assert status_interval_s(env) == expected
 
 
 @pytest.mark.parametrize("raw", ["soon", "0", "-3"])
 def test_bad_status_interval_names_the_variable(raw: str) -> None:
     with pytest.raises(ValueError, match=f"SARL_STATUS_INTERVAL_S='{raw}'"):
-        handlers.status_interval_s({"SARL_STATUS_INTERVAL_S": raw})
+        status_interval_s({"SARL_STATUS_INTERVAL_S": raw})
 
 
 def test_settings_pick_the_image_per_backend() -> None:
-    settings = handlers.Settings.from_env(
+    settings = Settings.from_env(
         {"SARL_TRAINER_IMAGE": "verl:1", "SARL_TRL_TRAINER_IMAGE": "trl:1", "SARL_S3_BUCKET": "b"}
     )
     doc = CASES["sarl-grpo-math"]()
-    assert settings.image_of(handlers.experiment_from_body(doc)) == "verl:1"
+    assert settings.image_of(experiment_handlers.experiment_from_body(doc)) == "verl:1"
     doc["spec"]["resources"] = {"backend": "trl"}
-    assert settings.image_of(handlers.experiment_from_body(doc)) == "trl:1"
+    assert settings.image_of(experiment_handlers.experiment_from_body(doc)) == "trl:1"
     doc["spec"]["resources"]["image"] = "mine:2"
-    assert settings.image_of(handlers.experiment_from_body(doc)) == "mine:2"
+    assert settings.image_of(experiment_handlers.experiment_from_body(doc)) == "mine:2"
     assert settings.platform.data_uri == "s3://b/data"
 
 
@@ -382,7 +383,7 @@ def test_missing_credentials_secret_waits_naming_the_command() -> None:
     assert "PyTorchJob" not in _kinds(api) and "ConfigMap" not in _kinds(api)
     patch: dict[str, Any] = {}
     with pytest.raises(kopf.TemporaryError) as info:
-        handlers.reconcile(
+        experiment_handlers.reconcile(
             body, patch, api, settings=SETTINGS,
             post_event=lambda _obj, *event: events.append(event),
             tracker_factory=lambda _uri: FakeTracker(),
@@ -415,7 +416,7 @@ def test_training_waits_for_the_inference_services(case: str) -> None:
     body = _body(case)
     patch: dict[str, Any] = {}
     with pytest.raises(kopf.TemporaryError, match="waiting for InferenceService"):
-        handlers.reconcile(
+        experiment_handlers.reconcile(
             body, patch, api, settings=SETTINGS,
             post_event=lambda _obj, *event: events.append(event),
             tracker_factory=lambda _uri: FakeTracker(),
@@ -470,7 +471,7 @@ def test_a_previous_experiments_job_is_never_adopted() -> None:
     api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, name)] = copy.deepcopy(old)
     patch: dict[str, Any] = {}
     with pytest.raises(kopf.TemporaryError, match="controlled by Experiment uid uid-0"):
-        handlers.reconcile(
+        experiment_handlers.reconcile(
             body, patch, api, settings=SETTINGS,
             post_event=lambda _obj, *event: events.append(event),
             tracker_factory=lambda _uri: FakeTracker(),
@@ -494,8 +495,8 @@ def test_timer_ignores_a_job_of_another_owner() -> None:
     name = body["metadata"]["name"]
     api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, name)] = _old_job(name)
     patch: dict[str, Any] = {}
-    handlers.refresh_status(
-        body, patch, api, exp=handlers.experiment_from_body(body), settings=SETTINGS,
+    experiment_handlers.refresh_status(
+        body, patch, api, exp=experiment_handlers.experiment_from_body(body), settings=SETTINGS,
         post_event=lambda _obj, *event: events.append(event),
     )  # fmt: skip
     assert patch["status"]["phase"] == "Pending"
@@ -516,7 +517,7 @@ def test_missing_operator_fails_once_naming_what_to_install(
     body = _body(case)
     patch: dict[str, Any] = {}
     with pytest.raises(kopf.PermanentError, match=install):
-        handlers.reconcile(
+        experiment_handlers.reconcile(
             body, patch, api, settings=SETTINGS,
             post_event=lambda _obj, *event: events.append(event),
             tracker_factory=lambda _uri: FakeTracker(),
@@ -550,4 +551,4 @@ def test_only_warnings_of_the_log_become_events_and_explicit_events_still_post()
     [("Queued", False), ("Pending", True), ("Running", True), ("Succeeded", True), (None, True)],
 )
 def test_a_queued_experiment_is_not_polled_in_mlflow(phase: str | None, reads: bool) -> None:
-    assert handlers.reads_progress({"phase": phase} if phase else {}) is reads
+    assert experiment_handlers.reads_progress({"phase": phase} if phase else {}) is reads

@@ -12,20 +12,20 @@ import pytest
 
 pytest.importorskip("kmock")
 
-from sarl.testing.kube_server import (
-    CONFIGMAPS,
-    PYTORCHJOBS,
-    SARL_RESOURCES,
-    WORKLOADS,
-    KubeServer,
-    kube_server,
-)
 from sarl_operator.kube import (
     DynamicKubeApi,
     ForeignOwnerError,
     MissingApiError,
     apply,
     controlled_by,
+)
+from tests.support.kube_server import (
+    CONFIGMAPS,
+    PYTORCHJOBS,
+    SARL_RESOURCES,
+    WORKLOADS,
+    KubeServer,
+    kube_server,
 )
 
 NAMESPACE = "team-a"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sarl_operator import handlers, scheduling
+from sarl_operator import experiment_handlers, scheduling
 from tests.operators.cases import NAMESPACE
 from tests.operators.test_handlers import SETTINGS, FakeApi, _body, _reconcile
 
@@ -57,11 +57,11 @@ def _put_workload(api: FakeApi, wl: dict[str, Any]) -> None:
 
 def _refresh(api: FakeApi, body: dict[str, Any], events: list[tuple[str, ...]]) -> dict[str, Any]:
     patch: dict[str, Any] = {}
-    handlers.refresh_status(
+    experiment_handlers.refresh_status(
         body,
         patch,
         api,
-        exp=handlers.experiment_from_body(body),
+        exp=experiment_handlers.experiment_from_body(body),
         settings=SETTINGS,
         post_event=lambda _obj, *event: events.append(event),
     )

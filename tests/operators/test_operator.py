@@ -2,7 +2,7 @@
 against an in-memory Kubernetes API server and a real MLflow server.
 
 No real Kubernetes API server can run here, so the operator talks (over real HTTP, through kopf
-and the kubernetes client) to kmock's emulator via :mod:`sarl.testing.kube_server`: it stores
+and the kubernetes client) to kmock's emulator via :mod:`tests.support.kube_server`: it stores
 objects, serves discovery, watches and merge patches, but has no admission, no schema validation
 and **no garbage collector** and no controllers. So these tests assert the owner references that
 make deletion cascade, and play the Training Operator by writing the PyTorchJob's status
@@ -31,7 +31,8 @@ import pytest
 pytest.importorskip("kmock")
 from kubernetes import config, dynamic
 
-from sarl.testing.kube_server import (
+from tests.operators.cases import example_doc
+from tests.support.kube_server import (
     CONFIGMAPS,
     EVENTS,
     EXPERIMENTS,
@@ -41,16 +42,16 @@ from sarl.testing.kube_server import (
     KubeServer,
     kube_server,
 )
-from sarl.testing.mlflow_server import free_port
-from tests.operators.cases import example_doc
+from tests.support.mlflow_server import free_port
 
 NAMESPACE = "team-a"
 T = TypeVar("T")
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 60.0) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout (60 s:
-    generous, as a loaded 2-core CI machine runs the operator, kmock and MLflow at once)."""
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 180.0) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout (180 s:
+    a loaded 2-core machine runs the operator, kmock and MLflow at once, and 60 s was seen to
+    run out there with the operator still working; a passing wait returns at once)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         got = probe()

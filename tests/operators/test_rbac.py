@@ -1,7 +1,7 @@
 """The operator's RBAC rules are exactly its API calls: none missing, none unused.
 
 The operator runs as the chart deploys it (``kopf run`` with the rendered Deployment's arguments and
-environment) against the in-memory Kubernetes API server (:mod:`sarl.testing.kube_server`, kmock's
+environment) against the in-memory Kubernetes API server (:mod:`tests.support.kube_server`, kmock's
 emulation: no real cluster can run here, and it has no RBAC, admission or controllers) and a real
 MLflow server, through an Experiment's and a Study's whole life: children created, then patched
 after a spec update, the evaluation Job, the Study's runs and report Job, and an Experiment run as a
@@ -30,7 +30,20 @@ import pytest
 pytest.importorskip("kmock")
 from kubernetes import config, dynamic
 
-from sarl.testing.kube_server import (
+from tests.charts.rendering import NAMESPACE, PLATFORM, Case, objects, objects_of_kind
+from tests.operators.study_cases import small_doc
+from tests.operators.test_operator import Operator, wait_for
+from tests.operators.test_operator import _doc as experiment_doc
+from tests.rbac import (
+    Call,
+    Recorded,
+    denied,
+    implied_calls,
+    recorded,
+    subject_grants,
+    unused,
+)
+from tests.support.kube_server import (
     CLUSTER_TRAINING_RUNTIMES,
     EXPERIMENTS,
     ISVCS,
@@ -44,19 +57,6 @@ from sarl.testing.kube_server import (
     KubeServer,
     Resource,
     kube_server,
-)
-from tests.charts.rendering import NAMESPACE, PLATFORM, Case, objects, objects_of_kind
-from tests.operators.study_cases import small_doc
-from tests.operators.test_operator import Operator, wait_for
-from tests.operators.test_operator import _doc as experiment_doc
-from tests.rbac import (
-    Call,
-    Recorded,
-    denied,
-    implied_calls,
-    recorded,
-    subject_grants,
-    unused,
 )
 
 STUDIES: Final = Resource("sarl.dev", "v1alpha1", "studies", "Study", subresources=("status",))

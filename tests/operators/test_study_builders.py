@@ -12,7 +12,7 @@ import pytest
 from sarl.integrations.cluster import check_cluster
 from sarl.spec.loader import load_experiment, load_study
 from sarl.spec.study import Study, StudyRun
-from sarl_operator import builders, handlers, study_builders
+from sarl_operator import builders, experiment_handlers, study_builders
 from sarl_operator.study_builders import RunState
 from tests.operators.cases import NAMESPACE
 from tests.operators.study_cases import (
@@ -124,7 +124,7 @@ def test_fan_out_names_labels_tags_and_owner() -> None:
         }
         assert obj["spec"]["algorithm"]["seed"] == seed
         # The Experiment handlers accept what the Study creates.
-        assert handlers.experiment_from_body(obj).name == obj["metadata"]["name"]
+        assert experiment_handlers.experiment_from_body(obj).name == obj["metadata"]["name"]
 
 
 def test_children_are_all_owned_by_the_study_and_built_twice_equal() -> None:
@@ -276,7 +276,7 @@ def test_runs_with_one_served_embedder_share_one_service() -> None:
     for obj in study_builders.experiments(s, NAMESPACE, PARENT_RUN_ID):
         embedder = obj["spec"]["reward"][0]["settings"]["embedder"]
         assert (embedder["url"], embedder["model"]) == (model.url, "embedding")
-        exp = handlers.experiment_from_body({**obj, "metadata": {**obj["metadata"]}})
+        exp = experiment_handlers.experiment_from_body({**obj, "metadata": {**obj["metadata"]}})
         assert builders.inference_services(exp, NAMESPACE) == []
 
 

@@ -18,14 +18,15 @@ import pytest
 
 from sarl.spec.loader import load_study
 from sarl.spec.study import Study, StudyRun
-from sarl_operator import handlers, study_handlers
+from sarl_operator import study_handlers
+from sarl_operator.reconcile import TRACKING_RETRY_DELAY_S, Settings
 from sarl_operator.tracking import Progress, RunRef, TrackingError
 from tests.operators.cases import IMAGE, NAMESPACE, PLATFORM
 from tests.operators.study_cases import small_doc
 from tests.operators.test_handlers import FakeApi
 
 UID = "study-uid-1"
-SETTINGS = handlers.Settings(
+SETTINGS = Settings(
     verl_image=IMAGE,
     platform=PLATFORM,
     tracking_uri="http://mlflow:5000",
@@ -77,7 +78,7 @@ class Harness:
         self.body["status"] = {**(self.body.get("status") or {}), **patch.get("status", {})}
         return patch
 
-    def reconcile(self, settings: handlers.Settings = SETTINGS) -> dict[str, Any]:
+    def reconcile(self, settings: Settings = SETTINGS) -> dict[str, Any]:
         patch: dict[str, Any] = {}
         try:
             study_handlers.reconcile(
@@ -92,7 +93,7 @@ class Harness:
             self._apply(patch)
         return patch
 
-    def refresh(self, settings: handlers.Settings = SETTINGS) -> dict[str, Any]:
+    def refresh(self, settings: Settings = SETTINGS) -> dict[str, Any]:
         patch: dict[str, Any] = {}
         study_handlers.refresh(self.body, patch, self.api, settings=settings, post_event=self._post)
         return self._apply(patch)
@@ -267,7 +268,7 @@ def test_mlflow_down_is_temporary_and_creates_no_run() -> None:
     h = Harness(small_doc("down"), StudyTracker(down=True))
     with pytest.raises(kopf.TemporaryError) as err:
         h.reconcile()
-    assert err.value.delay == handlers.TRACKING_RETRY_DELAY_S
+    assert err.value.delay == TRACKING_RETRY_DELAY_S
     assert h.api.writes == []
     tracking = next(c for c in h.status["conditions"] if c["type"] == "TrackingReady")
     assert tracking["status"] == "False" and "ConnectError" in tracking["message"]
@@ -277,7 +278,7 @@ def test_mlflow_down_is_temporary_and_creates_no_run() -> None:
 
 def test_without_mlflow_runs_start_without_a_parent_and_no_report_is_made() -> None:
     """Kubernetes API: an in-memory fake, no real cluster here."""
-    settings = handlers.Settings(verl_image=IMAGE, platform=PLATFORM)
+    settings = Settings(verl_image=IMAGE, platform=PLATFORM)
     h = Harness(small_doc("nomlflow", seeds=1))
     h.reconcile(settings)
     assert h.tracker.calls == []

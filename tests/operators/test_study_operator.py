@@ -2,7 +2,7 @@
 subprocess, against an in-memory Kubernetes API server and a real MLflow server.
 
 No real Kubernetes API server can run here, so the operator talks (over real HTTP, through kopf
-and the kubernetes client) to kmock's emulator via :mod:`sarl.testing.kube_server`, with the
+and the kubernetes client) to kmock's emulator via :mod:`tests.support.kube_server`, with the
 ``studies`` resource declared (:data:`STUDIES`). The emulator stores objects, serves discovery,
 watches and merge patches, but has no admission, no schema validation, **no garbage
 collector** and no controllers: these tests assert the owner references that make deletion
@@ -28,7 +28,9 @@ import pytest
 pytest.importorskip("kmock")
 from kubernetes import config, dynamic
 
-from sarl.testing.kube_server import (
+from tests.operators.study_cases import small_doc
+from tests.operators.test_operator import Operator, wait_for
+from tests.support.kube_server import (
     CONFIGMAPS,
     EVENTS,
     EXPERIMENTS,
@@ -40,8 +42,6 @@ from sarl.testing.kube_server import (
     Resource,
     kube_server,
 )
-from tests.operators.study_cases import small_doc
-from tests.operators.test_operator import Operator, wait_for
 
 STUDIES = Resource("sarl.dev", "v1alpha1", "studies", "Study", subresources=("status",))
 NAMESPACE = "team-s"

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from sarl.testing.mlflow_server import free_port
 from sarl_operator.tracking import (
     MlflowTracking,
     Progress,
@@ -21,6 +20,7 @@ from sarl_operator.tracking import (
     run_url,
     uid_filter,
 )
+from tests.support.mlflow_server import free_port
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 
 No real Kubernetes API server or controllers can run here. The operator (``kopf run`` of
 ``sarl_operator.handlers``, a subprocess) talks over real HTTP to kmock's in-memory API server
-(:mod:`sarl.testing.kube_server`) that serves TrainJobs and Kueue's Workloads but **no
+(:mod:`tests.support.kube_server`) that serves TrainJobs and Kueue's Workloads but **no
 PyTorchJob** (Training Operator v1 not installed), so ``job_kind: auto`` must choose TrainJob.
 Trainer v2's controller and Kueue are the stand-ins of :mod:`tests.operators.standins` (status
 and admission only, after Trainer v2.3.0 and Kueue v0.19.2; what the jobs do inside a TrainJob is
@@ -26,7 +26,11 @@ from kubernetes import config, dynamic
 from typer.testing import CliRunner
 
 from sarl.cli.main import app
-from sarl.testing.kube_server import (
+from tests.jobs.trainjob_emulator.sarl import chart_runtime
+from tests.operators.standins import QUEUE_LABEL, WORKLOADS, Kueue, TrainerV2, running
+from tests.operators.study_cases import small_doc
+from tests.operators.test_operator import Operator, wait_for
+from tests.support.kube_server import (
     CLUSTER_TRAINING_RUNTIMES,
     EXPERIMENTS,
     PYTORCHJOBS,
@@ -37,10 +41,6 @@ from sarl.testing.kube_server import (
     Resource,
     kube_server,
 )
-from tests.jobs.trainjob_emulator.sarl import chart_runtime
-from tests.operators.standins import QUEUE_LABEL, WORKLOADS, Kueue, TrainerV2, running
-from tests.operators.study_cases import small_doc
-from tests.operators.test_operator import Operator, wait_for
 
 STUDIES = Resource("sarl.dev", "v1alpha1", "studies", "Study", subresources=("status",))
 NAMESPACE = "team-k"

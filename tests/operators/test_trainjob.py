@@ -20,7 +20,7 @@ import kopf
 import pytest
 import yaml
 
-from sarl_operator import builders, handlers, status, trainjob
+from sarl_operator import builders, experiment_handlers, status, trainjob
 from tests.charts.rendering import PLATFORM as PLATFORM_CHART
 from tests.charts.rendering import render_templates
 from tests.charts.test_crd import _as_json_schema
@@ -385,7 +385,7 @@ def test_auto_without_any_job_kind_names_both_installs() -> None:
     api = FakeApi(missing_kinds=frozenset({"PyTorchJob"}))
     patch: dict[str, Any] = {}
     with pytest.raises(kopf.PermanentError) as raised:
-        handlers.reconcile(
+        experiment_handlers.reconcile(
             _body(), patch, api, settings=SETTINGS, post_event=lambda *_: None,
             tracker_factory=lambda _uri: FakeTracker(),
         )  # fmt: skip
@@ -430,8 +430,8 @@ def test_timer_reads_the_trainjob_phase() -> None:
     job = api.objects[(*TRAINJOB_KEY, body["metadata"]["name"])]
     job["status"] = _job({"Complete": "True"})["status"]
     patch: dict[str, Any] = {}
-    exp = handlers.experiment_from_body(body, PLATFORM)
-    handlers.refresh_status(
+    exp = experiment_handlers.experiment_from_body(body, PLATFORM)
+    experiment_handlers.refresh_status(
         body, patch, api, exp=exp, settings=SETTINGS, post_event=lambda *_: None
     )
     assert patch["status"]["phase"] == "Succeeded"

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from sarl.embedding.local import LocalEmbedder
-from sarl.testing.embedding_server import EmbeddingServer
 from sarl_services.testing import ServiceProcess, start_service
+from tests.support.embedding_server import EmbeddingServer
 
 EMBEDDING_NAME = "all-MiniLM-L6-v2"
 # Small limits so the 400/413 paths are cheap to reach; still above the client's batch of 128.

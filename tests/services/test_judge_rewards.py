@@ -2,7 +2,7 @@
 configuration (``--reward-settings NAME=FILE``), never something a request can set.
 
 Real parts: the reward service subprocess on the real KServe server, and a real local
-OpenAI-compatible chat server (``sarl.testing.chat_server``) standing in for the judge model.
+OpenAI-compatible chat server (``tests.support.chat_server``) standing in for the judge model.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from sarl.testing.chat_server import ChatReply, running_chat_server
 from sarl_services.testing import running_service
+from tests.support.chat_server import ChatReply, running_chat_server
 
 TRACE = "<think><ask>What is 2+2?</ask><reflect>It is 4.</reflect></think><answer>4</answer>"
 VERDICT = json.dumps({"pairs": [{"pair": 1, "relevance": 1, "quality": 1}]})

@@ -7,8 +7,8 @@ import asyncio
 import httpx
 import pytest
 
-from sarl.testing.embedding_server import Fault
 from tests.services.conftest import FakeStack
+from tests.support.embedding_server import Fault
 
 pytestmark = pytest.mark.slow  # real service subprocesses (started once per session)
 

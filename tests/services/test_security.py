@@ -331,7 +331,7 @@ async def _abandon(url: str, body: dict[str, Any], after_s: float) -> None:
 def test_abandoned_requests_leave_the_queue(fake_stack: FakeStack) -> None:
     """--max-concurrency 1 --max-queue 1: one abandoned request waits on a slow embedder, a
     second waits in the queue; once both clients hang up, a new request is served at once."""
-    from sarl.testing.embedding_server import Fault
+    from tests.support.embedding_server import Fault
 
     fake_stack.embedder.set_faults(lambda _: Fault.delay(5.0))
     url = f"{fake_stack.reward.url}/v1/rewards/structure"

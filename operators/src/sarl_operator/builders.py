@@ -1,8 +1,8 @@
 """Pure builders: an Experiment in, the desired child objects out, as plain dicts.
 
-Called by ``handlers`` (which adopts and applies what these return) and by the golden-file tests.
-Nothing here imports kopf or kubernetes, reads the environment or talks to a cluster: the
-platform wiring (object store, Secret names) comes in as a :class:`Platform` value.
+Called by ``experiment_handlers`` (which adopts and applies what these return) and by the
+golden-file tests. Nothing here imports kopf or kubernetes, reads the environment or talks to a
+cluster: the platform wiring (object store, Secret names) comes in as a :class:`Platform` value.
 
 Children of an Experiment ``<name>`` in its namespace:
 

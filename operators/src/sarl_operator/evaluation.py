@@ -1,8 +1,8 @@
 """Pure builder of the evaluation Job: a trained Experiment's checkpoint on the math benchmarks.
 
-Called by ``handlers`` (the status timer, once training has Succeeded) and by the golden-file
-tests. ``<name>-eval`` is a ``batch/v1`` Job with the trainer's image, config volume and
-environment (MLflow run, checkpoint URI, S3 credentials) plus ``SARL_DATA_URI`` (where
+Called by ``experiment_conditions`` (the status timer, once training has Succeeded) and by the
+golden-file tests. ``<name>-eval`` is a ``batch/v1`` Job with the trainer's image, config volume
+and environment (MLflow run, checkpoint URI, S3 credentials) plus ``SARL_DATA_URI`` (where
 ``sarl data prepare`` wrote ``benchmarks/<name>.parquet``), running
 ``python -m sarl_jobs.evaluate --config /etc/sarl/experiment.yaml``, which logs ``eval/...``
 metrics into the Experiment's MLflow run. With a Kueue queue (``spec.resources.queue`` or the

@@ -1,8 +1,9 @@
 """The few Kubernetes API calls the handlers make, behind a protocol so tests can swap them.
 
-Used by ``handlers``: :class:`DynamicKubeApi` (the kubernetes client's dynamic client, any kind
-including CRDs; discovery is cached by the client) in the operator, an in-memory fake in the
-handler unit tests, and the real class against kmock's emulator in ``tests/operators``.
+Used by the handlers (``sarl_operator.handlers`` builds the client): :class:`DynamicKubeApi` (the
+kubernetes client's dynamic client, any kind including CRDs; discovery is cached by the client) in
+the operator, an in-memory fake in the handler unit tests, and the real class against kmock's
+emulator in ``tests/operators``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Pure scheduling logic on shared GPU clusters: Kueue queues, pod priority, gang scheduling.
 
 Called by the job builders (``builders.pytorchjob``, ``evaluation.eval_job``, the Trainer v2
-``trainjob`` builder) for the fields they add to the jobs they build, and by ``handlers`` for
-patching an existing job and for the Experiment's ``Admitted`` condition. Nothing here reads
-the environment or talks to a cluster; ``platform`` is a :class:`sarl_operator.builders.Platform`
-(``default_queue``: the chart's ``kueue.defaultQueue``; ``gang_scheduler``: its
-``gangScheduler``).
+``trainjob`` builder) for the fields they add to the jobs they build, by ``experiment_handlers``
+for the Experiment's ``Queued`` phase, and by ``experiment_conditions`` for its ``Admitted``
+condition. Nothing here reads the environment or talks to a cluster; ``platform`` is a
+:class:`sarl_operator.builders.Platform` (``default_queue``: the chart's ``kueue.defaultQueue``;
+``gang_scheduler``: its ``gangScheduler``).
 
 **Kueue** (v0.19.2). A job with the ``kueue.x-k8s.io/queue-name`` label
 (pkg/controller/constants/constants.go, ``QueueLabel``) is managed by Kueue: it must be created

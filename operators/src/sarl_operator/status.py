@@ -1,8 +1,9 @@
 """Pure status logic: the Experiment phase from its training job, and minimal status patches.
 
-Called by ``handlers`` (reconcile and the status timer) and tested directly. The Experiment's
-status fields are those of the CRD (charts/sarl-platform/crds/experiments.sarl.dev.yaml,
-generated from ``sarl.schemas.generate.ExperimentStatus``).
+Called by ``experiment_handlers`` (reconcile and the status timer), ``study_handlers`` and
+their shared layer ``reconcile``, and tested directly. The Experiment's status fields are those
+of the CRD (charts/sarl-platform/crds/experiments.sarl.dev.yaml, generated from
+``sarl.schemas.generate.ExperimentStatus``).
 
 Conditions come from two writers: the training job's own conditions are copied as they are
 (a PyTorchJob's ``Created``, ``Running``, ``Succeeded``...; a TrainJob's ``Suspended``,
@@ -156,6 +157,17 @@ def isvc_ready(isvc: Mapping[str, Any] | None) -> tuple[bool, str]:
     if ready.get("status") == "True":
         return True, ""
     return False, str(ready.get("message") or ready.get("reason") or "Ready is not True")
+
+
+def serving_condition(waiting: Sequence[str], serving: Sequence[str]) -> dict[str, Any] | None:
+    """``InferenceReady`` of served models: False while some are ``waiting`` (``"<name>:
+    <why not ready>"``), else True naming those ``serving``; None when there are neither."""
+    if waiting:
+        message = "waiting for InferenceService " + "; ".join(waiting)
+        return condition("InferenceReady", "False", "Waiting", message)
+    if serving:
+        return condition("InferenceReady", "True", "Ready", ", ".join(serving))
+    return None
 
 
 #: Reason of ``InferenceReady=False`` once the operator deleted the served models on purpose

@@ -1,7 +1,9 @@
-"""kopf handlers for ``studies.sarl.dev``: a Study's arm x seed Experiments, parent run and report.
+"""The Study's reconcile and timer (``studies.sarl.dev``): its arm x seed Experiments, parent run
+and report.
 
-Registered by importing this module, which :mod:`sarl_operator.handlers` does (so ``kopf run -m
-sarl_operator.handlers`` runs both). On create/resume/update of the spec, :func:`reconcile`:
+Registered with kopf by :mod:`sarl_operator.handlers` (``on_study``, ``on_study_timer``); the
+plumbing it shares with the Experiment's handlers is :mod:`sarl_operator.reconcile`. On
+create/resume/update of the spec, :func:`reconcile`:
 
 1. validates the Study (``load_study``) and every arm x seed Experiment with the checks an
    Experiment's own reconcile makes (``check_cluster``); invalid → status Failed with a condition
@@ -20,26 +22,24 @@ sarl_operator.handlers`` runs both). On create/resume/update of the spec, :func:
 4. once every run has finished, creates Job ``<study>-report`` (once), and patches the status
    (counts, parent run, phase, conditions) when it changed, with Events on transitions.
 
-A timer (``SARL_STATUS_INTERVAL_S``) runs :func:`sync`, so the next runs start as earlier ones
-finish. What a spec expands to (the validated Study, its arm x seed Experiments, its shared
-models) is computed once per spec and reused (:func:`expansion`): validating every run costs
-~0.1 s of CPU, and one operator process ticks every Study and Experiment it watches.
+A timer (``SARL_STATUS_INTERVAL_S``) runs :func:`refresh` (:func:`sync`), so the next runs start
+as earlier ones finish. What a spec expands to (the validated Study, its arm x seed Experiments,
+its shared models) is computed once per spec and reused (:func:`expansion`): validating every
+run costs ~0.1 s of CPU, and one operator process ticks every Study and Experiment it watches.
 Everything is decided from what exists on the API server, so a re-run or a restarted operator
-creates nothing twice. Existing Experiments are never patched: a run keeps the spec it
-started with; a spec update only affects runs not created yet. Deletion is left to the garbage
-collector (owner references).
+creates nothing twice. Existing Experiments are never patched: a run keeps the spec it started
+with; a spec update only affects runs not created yet. Deletion is left to the garbage collector
+(owner references).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
 from typing import Any, Final
-
-import kopf
 
 from sarl.integrations.cluster import check_cluster
 from sarl.spec.experiment import API_VERSION, KIND
@@ -49,23 +49,24 @@ from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study, StudyRun
 from sarl.tracking.describe import experiment_description, study_description
 from sarl_operator import builders, study_builders, study_status
 from sarl_operator.admission import image_violations
-from sarl_operator.handlers import (
-    _INTERVAL_S,
+from sarl_operator.kube import KubeApi, controlled_by
+from sarl_operator.reconcile import (
     GROUP,
-    TRACKING_RETRY_DELAY_S,
     VERSION,
     PostEvent,
     Settings,
     Tracker,
-    _kopf_event,
-    _now,
-    _patch_status,
-    cluster_api,
+    apply_owned,
+    fail,
+    now,
+    patch_status,
+    release_owned,
+    tracked_run,
+    tracking_unavailable,
 )
-from sarl_operator.kube import KubeApi, apply, controlled_by
-from sarl_operator.status import RELEASED, condition, failed_status, isvc_ready
+from sarl_operator.status import RELEASED, condition, isvc_ready, serving_condition
 from sarl_operator.study_builders import RunState, SharedModel
-from sarl_operator.tracking import MlflowTracking, TrackingError, run_url
+from sarl_operator.tracking import MlflowTracking, RunRef, TrackingError
 
 PLURAL: Final = "studies"
 WATCHED: Final = study_status.STUDY_CONDITIONS
@@ -205,19 +206,10 @@ def ensure_parent_run(
     Found by the Study's uid tag (or created) in the Study's MLflow experiment, the one its runs
     log to; a run id already in the status is reused without calling MLflow."""
     base = study_builders.base_experiment(study, body["metadata"]["namespace"])
-    uri = settings.tracking_uri_of(base)
-    if not uri:
-        message = (
-            "no MLflow tracking URI (spec.base.tracking.mlflow_uri or SARL_MLFLOW_TRACKING_URI)"
-        )
-        return "", "", condition("TrackingReady", "False", "TrackingNotConfigured", message)
-    status = body.get("status") or {}
-    if status.get("mlflowParentRunId") and status.get("mlflowRunUrl"):
-        run_id, url = str(status["mlflowParentRunId"]), str(status["mlflowRunUrl"])
-    else:
-        meta = body["metadata"]
+
+    def ensure(tracker: Tracker, meta: Mapping[str, Any]) -> RunRef:
         tags = {**study.spec.base.tracking.tags, TAG_ROLE: "study", TAG_STUDY: study.name}
-        ref = tracker_factory(uri).ensure_run(
+        return tracker.ensure_run(
             study.mlflow_experiment,
             run_name=study.name,
             namespace=meta["namespace"],
@@ -226,8 +218,16 @@ def ensure_parent_run(
             description=study_description(study),
             experiment_description=experiment_description(study.mlflow_experiment, study),
         )
-        run_id, url = ref.run_id, run_url(settings.ui_url_of(base), ref)
-    return run_id, url, condition("TrackingReady", "True", "RunReady", f"MLflow run {run_id}")
+
+    return tracked_run(
+        body,
+        base,
+        settings,
+        tracker_factory,
+        ensure,
+        id_field="mlflowParentRunId",
+        uri_field="spec.base.tracking.mlflow_uri",
+    )
 
 
 def observe(api: KubeApi, study: Study, body: Mapping[str, Any], run_id: str) -> list[RunState]:
@@ -260,16 +260,13 @@ def serve_shared(
             model.isvc["apiVersion"], "InferenceService", meta["namespace"], model.name
         )
         if not study_builders.needed(model, states):
-            if controlled_by(current, meta["uid"]) and api.delete(
-                model.isvc["apiVersion"], "InferenceService", meta["namespace"], model.name
-            ):
-                post_event(body, "Normal", RELEASED, f"deleted InferenceService {model.name}")
+            version = model.isvc["apiVersion"]
+            release_owned(api, body, version, "InferenceService", model.name, current, post_event)
             continue
         serving.append(model.name)
         # Created, never patched: its name is a hash of its spec, so an existing one is current.
         if current is None:
-            api.create(study_builders.owned(model.isvc, meta))
-            post_event(body, "Normal", "Created", f"created InferenceService {model.name}")
+            apply_owned(api, model.isvc, body, post_event, study_builders.STUDY_KIND, create=True)
             ok, why = False, "created"
         elif not controlled_by(current, meta["uid"]):
             ok, why = False, "exists and is not this Study's; waiting for it to be deleted"
@@ -279,11 +276,9 @@ def serve_shared(
             ready.add(model.name)
         else:
             waiting.append(f"{model.name}: {why}")
-    if waiting:
-        message = "waiting for InferenceService " + "; ".join(waiting)
-        return ready, condition("InferenceReady", "False", "Waiting", message)
-    if serving:
-        return ready, condition("InferenceReady", "True", "Ready", ", ".join(serving))
+    inference = serving_condition(waiting, serving)
+    if inference is not None:
+        return ready, inference
     message = "no unfinished run calls " + ", ".join(m.name for m in models) + ": deleted"
     return ready, condition("InferenceReady", "False", RELEASED, message)
 
@@ -307,8 +302,7 @@ def _create_runs(
     created = {run.name for run in picked if run.name not in waits}
     for run in (s.run for s in states if s.run.name in created):
         obj = study_builders.experiment_object(run, meta["namespace"], urls.get(run.name, ""))
-        api.create(study_builders.owned(obj, meta))
-        post_event(body, "Normal", "Created", f"created Experiment {run.name}")
+        apply_owned(api, obj, body, post_event, study_builders.STUDY_KIND, create=True)
     return [RunState(s.run, exists=True) if s.run.name in created else s for s in states]
 
 
@@ -322,8 +316,7 @@ def _report(
 ) -> dict[str, Any] | None:
     """The ``<study>-report`` Job, created if missing (never patched: a Job's template is
     immutable)."""
-    meta = body["metadata"]
-    namespace = meta["namespace"]
+    namespace = body["metadata"]["namespace"]
     name = study_builders.report_name(study)
     job = api.get("batch/v1", "Job", namespace, name)
     if job is None:
@@ -336,8 +329,7 @@ def _report(
             tracking_uri=settings.tracking_uri_of(base),
             platform=settings.platform,
         )
-        api.create(study_builders.owned(job, meta))
-        post_event(body, "Normal", "Created", f"created Job {name}")
+        apply_owned(api, job, body, post_event, study_builders.STUDY_KIND, create=True)
     return job
 
 
@@ -376,9 +368,9 @@ def sync(
         run_url=run_url,
         conditions=own,
         current=body.get("status") or {},
-        now=_now(),
+        now=now(),
     )
-    _patch_status(body, patch, desired, post_event, WATCHED)
+    patch_status(body, patch, desired, post_event, WATCHED)
 
 
 def reconcile(
@@ -399,44 +391,28 @@ def reconcile(
         if refused:
             raise ValueError("; ".join(refused))
     except (SpecError, ValueError) as e:
-        message = redact_text(str(e))  # kopf logs it; the status shows it
-        failed = failed_status(message, meta.get("generation"), _now())
-        _patch_status(body, patch, failed, post_event, WATCHED)
-        raise kopf.PermanentError(message) from e
+        # kopf logs the message; the status shows it.
+        raise fail(body, patch, post_event, redact_text(str(e)), watched=WATCHED) from e
+    # MLflow down: the last parent run of the status, and only read (nothing is created
+    # without its parent run); else the run just got, and the next runs created.
+    synced = functools.partial(
+        sync, body, patch, api, study=study, settings=settings, post_event=post_event
+    )
     status = body.get("status") or {}
     try:
         run_id, url, tracking = ensure_parent_run(body, study, settings, tracker_factory)
     except TrackingError as e:
-        down = condition("TrackingReady", "False", "TrackingUnavailable", str(e))
-        run_id = str(status.get("mlflowParentRunId") or "")
-        url = str(status.get("mlflowRunUrl") or "")
-        sync(
-            body,
-            patch,
-            api,
-            study=study,
-            settings=settings,
-            post_event=post_event,
-            run_id=run_id,
-            run_url=url,
+        down, retry = tracking_unavailable(e)
+        synced(
+            run_id=str(status.get("mlflowParentRunId") or ""),
+            run_url=str(status.get("mlflowRunUrl") or ""),
             conditions=[down],
             create=False,
         )
-        raise kopf.TemporaryError(str(e), delay=TRACKING_RETRY_DELAY_S) from e
+        raise retry from e
     config = study_builders.configmap(study, meta["namespace"])
-    if apply(api, study_builders.owned(config, meta)) == "created":
-        post_event(body, "Normal", "Created", f"created ConfigMap {config['metadata']['name']}")
-    sync(
-        body,
-        patch,
-        api,
-        study=study,
-        settings=settings,
-        post_event=post_event,
-        run_id=run_id,
-        run_url=url,
-        conditions=[tracking],
-    )
+    apply_owned(api, config, body, post_event, study_builders.STUDY_KIND)
+    synced(run_id=run_id, run_url=url, conditions=[tracking])
 
 
 def refresh(
@@ -468,31 +444,4 @@ def refresh(
         post_event=post_event,
         run_id=run_id,
         run_url=str(status.get("mlflowRunUrl") or ""),
-    )
-
-
-# ---- kopf wiring ----
-
-
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def on_study(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    reconcile(
-        body,
-        patch,
-        cluster_api(),
-        settings=Settings.from_env(os.environ),
-        post_event=_kopf_event,
-    )
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, interval=_INTERVAL_S, initial_delay=_INTERVAL_S)
-def on_study_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    refresh(
-        body,
-        patch,
-        cluster_api(),
-        settings=Settings.from_env(os.environ),
-        post_event=_kopf_event,
     )

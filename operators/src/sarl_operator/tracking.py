@@ -1,8 +1,9 @@
 """The MLflow side of an Experiment: its run (found or created) and the progress the trainer logs.
 
-Called by ``handlers``: at reconcile, :meth:`MlflowTracking.ensure_run` gives the run whose id is
-passed to the training job as ``MLFLOW_RUN_ID`` (so the trainer logs into it instead of starting
-its own); the status timer reads :meth:`MlflowTracking.latest_progress` for lastStep/lastReward.
+Called by the handlers (``experiment_handlers``, ``study_handlers``, through ``reconcile``): at
+reconcile, :meth:`MlflowTracking.ensure_run` gives the run whose id is passed to the training job
+as ``MLFLOW_RUN_ID`` (so the trainer logs into it instead of starting its own); the status timer
+reads :meth:`MlflowTracking.latest_progress` for lastStep/lastReward.
 
 It talks to MLflow's REST API (``/api/2.0/mlflow/...``) with httpx rather than the ``mlflow``
 package: the operator image stays small, and every call has a timeout and bounded retries.

@@ -1,8 +1,8 @@
 """Pure builder of the Kubeflow Trainer v2 ``TrainJob`` that runs an Experiment's training.
 
-Called by ``handlers`` (through :class:`TrainJobBuilder`, the :class:`~sarl_operator.builders.
-JobBuilder` chosen when ``spec.resources.job_kind`` resolves to ``TrainJob``) and by the tests;
-like :mod:`sarl_operator.builders`, nothing here talks to a cluster.
+Called by ``experiment_handlers`` (through :class:`TrainJobBuilder`, the
+:class:`~sarl_operator.builders.JobBuilder` chosen when ``spec.resources.job_kind`` resolves to
+``TrainJob``) and by the tests; like :mod:`sarl_operator.builders`, nothing here talks to a cluster.
 
 The TrainJob ``<name>`` (``trainer.kubeflow.org/v1alpha1``, Kubeflow Trainer v2.3.0) runs
 against the ClusterTrainingRuntime :data:`RUNTIME_NAME` that the sarl-platform chart ships

@@ -21,8 +21,8 @@ from sarl.rewards.base import PerSampleReward, RewardOutput, Sample
 from sarl.rewards.math_answer import response_correct
 from sarl.rewards.registry import create_reward
 from sarl.rewards.samples import parse_sample
-from sarl.testing.embedding_server import EmbeddingServer, running_embedding_server
 from tests.sarl.evaluation.reference_bootstrap import bootstrap_intervals
+from tests.support.embedding_server import EmbeddingServer, running_embedding_server
 
 REPO = Path(__file__).resolve().parents[3]
 BUNDLED = REPO / "examples" / "traces" / "grouped_math.jsonl"

@@ -24,9 +24,9 @@ from sarl.cli.score_summary import Summary
 from sarl.rewards.base import PerGroupReward, PerSampleReward, RewardOutput, Sample
 from sarl.rewards.registry import create_reward, get_reward_class, reward_names
 from sarl.rewards.samples import parse_sample
-from sarl.testing.chat_server import ChatRequest, ChatServer, running_chat_server
-from sarl.testing.embedding_server import EmbeddingServer, running_embedding_server
 from tests.sarl.cli.conftest import SDK_SRC, _command
+from tests.support.chat_server import ChatRequest, ChatServer, running_chat_server
+from tests.support.embedding_server import EmbeddingServer, running_embedding_server
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "traces" / "grouped_math.jsonl"

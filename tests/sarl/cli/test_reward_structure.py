@@ -161,7 +161,7 @@ def test_unreachable_embedding_server_fails_text_lines_not_label_lines(run_cli: 
 
 
 def test_openai_embedder_against_a_local_server(run_cli: RunCli) -> None:
-    from sarl.testing.embedding_server import running_embedding_server
+    from tests.support.embedding_server import running_embedding_server
 
     steps = "\n\n".join(f"step {i}" for i in range(9))
     with running_embedding_server(dim=16) as server:

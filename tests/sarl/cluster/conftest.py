@@ -1,7 +1,7 @@
 """Fixtures for the cluster-client tests: an in-memory Kubernetes API server per module.
 
 No real API server can run where these tests run, so they talk over real HTTP, through the real
-``kubernetes`` client, to :mod:`sarl.testing.kube_server` (kmock's emulator). It stores and
+``kubernetes`` client, to :mod:`tests.support.kube_server` (kmock's emulator). It stores and
 serves objects like an API server but validates nothing against the CRD, ignores label
 selectors and has no garbage collector: tests/e2e/test_cluster.py re-checks on a real cluster.
 Each test gets its own namespace, so tests sharing the module's server do not interfere.
@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("kmock")
 
 from sarl.cluster import ClusterClient
-from sarl.testing.kube_server import EXPERIMENTS, KubeServer, kube_server
+from tests.support.kube_server import EXPERIMENTS, KubeServer, kube_server
 
 
 @pytest.fixture(scope="module")

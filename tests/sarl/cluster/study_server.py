@@ -2,7 +2,7 @@
 small valid Study, and writing a Study's status as the operator would.
 
 The Kubernetes API server in these tests is kmock's in-memory emulation
-(:mod:`sarl.testing.kube_server`, see conftest.py), here with ``studies.sarl.dev`` declared: it
+(:mod:`tests.support.kube_server`, see conftest.py), here with ``studies.sarl.dev`` declared: it
 stores and serves objects but validates nothing against the CRD and has no garbage collector.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sarl.testing.kube_server import SARL_RESOURCES, KubeServer, Resource
+from tests.support.kube_server import SARL_RESOURCES, KubeServer, Resource
 
 STUDIES: Final = Resource("sarl.dev", "v1alpha1", "studies", "Study", subresources=("status",))
 WITH_STUDIES: Final = (*SARL_RESOURCES, STUDIES)

@@ -1,6 +1,6 @@
 """``sarl submit|status|logs|delete|wait``: outputs and exit codes (0 ok, 1 cluster error or
 Failed, 2 invalid spec/usage), through typer's CliRunner against the in-memory API server
-(sarl.testing.kube_server, real HTTP; see conftest). Errors are one ``error:`` line."""
+(tests.support.kube_server, real HTTP; see conftest). Errors are one ``error:`` line."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from sarl.cli.main import app
-from sarl.testing.kube_server import EXPERIMENTS, SARL_RESOURCES, KubeServer, kube_server
 from tests.sarl.cluster.conftest import experiment_doc, set_status
+from tests.support.kube_server import EXPERIMENTS, SARL_RESOURCES, KubeServer, kube_server
 
 
 @pytest.fixture

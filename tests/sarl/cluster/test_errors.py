@@ -25,8 +25,8 @@ from sarl.cluster import (
     Rejected,
 )
 from sarl.cluster.errors import ClusterError
-from sarl.testing.kube_server import EXPERIMENTS, SARL_RESOURCES, KubeServer, kube_server
 from tests.sarl.cluster.conftest import experiment_doc
+from tests.support.kube_server import EXPERIMENTS, SARL_RESOURCES, KubeServer, kube_server
 
 
 def _react(server: KubeServer, ns: str, status: int, reason: str, message: str) -> None:

@@ -1,6 +1,6 @@
 """ClusterClient.logs: the training pod is found by the Training Operator's labels (falling
 back to sarl's pod-template labels and the pod name) and its log is read over HTTP from the
-in-memory API server (sarl.testing.kube_server, ``set_log``; see conftest). That server ignores
+in-memory API server (tests.support.kube_server, ``set_log``; see conftest). That server ignores
 label selectors, so decoy pods check the client's own choice; the request log checks what was
 asked of the API server."""
 
@@ -14,8 +14,8 @@ from kubernetes import client as k8s
 from kubernetes import config
 
 from sarl.cluster import ClusterClient, ExperimentNotFound, NoPod
-from sarl.testing.kube_server import KubeServer
 from tests.sarl.cluster.conftest import experiment_doc, set_status
+from tests.support.kube_server import KubeServer
 
 
 def _pod(server: KubeServer, kubeconfig: Any, ns: str, name: str, labels: dict[str, str]) -> None:

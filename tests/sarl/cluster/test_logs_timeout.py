@@ -1,7 +1,7 @@
 """ClusterClient.logs(timeout=...): a log read (following, or not) ends at its deadline.
 
 A notebook cell that follows a training log for a while must end even when the pod prints
-nothing. The in-memory API server (sarl.testing.kube_server, see conftest) serves a log as one
+nothing. The in-memory API server (tests.support.kube_server, see conftest) serves a log as one
 finished response, so here the log of one pod is replaced by a stream that sends some bytes and
 then stays open without sending more (as a quiet training pod's followed log does), through
 kmock's own streaming reactions."""
@@ -23,8 +23,8 @@ from kubernetes import config
 
 from sarl.cluster import ClusterClient
 from sarl.cluster.pods import chunks_until
-from sarl.testing.kube_server import KubeServer
 from tests.sarl.cluster.conftest import experiment_doc
+from tests.support.kube_server import KubeServer
 
 MASTER = {
     "training.kubeflow.org/job-name": "job",

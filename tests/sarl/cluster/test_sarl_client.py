@@ -10,8 +10,8 @@ from pathlib import Path
 import sarl
 from sarl.client import LocalClient
 from sarl.cluster import ClusterClient
-from sarl.testing.kube_server import EXPERIMENTS, KubeServer
 from tests.sarl.cluster.conftest import experiment_doc
+from tests.support.kube_server import EXPERIMENTS, KubeServer
 
 
 def test_client_submits_to_the_cluster(kubeconfig: Path, server: KubeServer, ns: str) -> None:

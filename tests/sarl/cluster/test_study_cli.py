@@ -15,7 +15,6 @@ import yaml
 from typer.testing import CliRunner
 
 from sarl.cli.main import app
-from sarl.testing.kube_server import KubeServer, kube_server
 from tests.sarl.cluster.conftest import experiment_doc, set_status
 from tests.sarl.cluster.study_server import (
     RUNNING,
@@ -24,6 +23,7 @@ from tests.sarl.cluster.study_server import (
     set_study_status,
     study_doc,
 )
+from tests.support.kube_server import KubeServer, kube_server
 
 _AGE = re.compile(r"\b\d+[smhd]\b")
 

@@ -21,7 +21,6 @@ from sarl.cluster import (
     StudyNotFound,
 )
 from sarl.spec.loader import SpecError, load_study
-from sarl.testing.kube_server import EXPERIMENTS, KubeServer, kube_server
 from tests.sarl.cluster.conftest import experiment_doc, set_status
 from tests.sarl.cluster.study_server import (
     RUNNING,
@@ -30,6 +29,7 @@ from tests.sarl.cluster.study_server import (
     set_study_status,
     study_doc,
 )
+from tests.support.kube_server import EXPERIMENTS, KubeServer, kube_server
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "studies" / "sarl-math.yaml"
 

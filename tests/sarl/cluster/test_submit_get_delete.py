@@ -1,5 +1,5 @@
 """ClusterClient: submit, get, list, status, replace and delete round-trip against the in-memory
-API server (sarl.testing.kube_server, real HTTP through the kubernetes client; see conftest)."""
+API server (tests.support.kube_server, real HTTP through the kubernetes client; see conftest)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import yaml
 
 from sarl.cluster import AlreadyExists, ClusterClient, ExperimentNotFound
 from sarl.spec.loader import SpecError, load_experiment
-from sarl.testing.kube_server import EXPERIMENTS, KubeServer
 from tests.sarl.cluster.conftest import experiment_doc, set_status
+from tests.support.kube_server import EXPERIMENTS, KubeServer
 
 
 def test_submit_stores_the_validated_spec_and_get_reads_it_back(

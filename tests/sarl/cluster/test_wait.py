@@ -1,7 +1,7 @@
 """ClusterClient.wait and delete(wait=True): polling until a phase, failures and timeouts.
 
 The operator is played by a thread that writes the Experiment's status into the in-memory API
-server (sarl.testing.kube_server; see conftest) while the client polls it over HTTP."""
+server (tests.support.kube_server; see conftest) while the client polls it over HTTP."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from sarl.cluster import ClusterClient, ExperimentInfo, ExperimentNotFound, WaitTimeout
 from sarl.cluster.errors import ClusterError
-from sarl.testing.kube_server import KubeServer
 from tests.sarl.cluster.conftest import experiment_doc, set_status
+from tests.support.kube_server import KubeServer
 
 
 def _later(delay: float, fn: object) -> threading.Timer:
@@ -80,7 +80,7 @@ def test_delete_wait_times_out_while_a_finalizer_holds_the_experiment(
     client.submit(experiment_doc("held"))
     import kmock
 
-    from sarl.testing.kube_server import EXPERIMENTS
+    from tests.support.kube_server import EXPERIMENTS
 
     key = (kmock.resource(EXPERIMENTS.key), ns, "held")
     server.call(lambda em: em.objects[key].patch({"metadata": {"finalizers": ["x/y"]}}))

@@ -17,7 +17,7 @@ import pytest
 
 from sarl.embedding.base import AsyncEmbedder, EmbeddingError, normalize_rows
 from sarl.embedding.openai_client import API_KEY_ENV, OpenAIEmbeddingClient
-from sarl.testing.embedding_server import (
+from tests.support.embedding_server import (
     EmbeddingServer,
     Fault,
     pseudo_embedding,

@@ -18,7 +18,7 @@ import pytest
 
 from sarl.embedding.base import EmbeddingError, normalize_rows
 from sarl.embedding.openai_client import OpenAIEmbeddingClient
-from sarl.testing.embedding_server import (
+from tests.support.embedding_server import (
     EmbeddingServer,
     Fault,
     pseudo_embedding,

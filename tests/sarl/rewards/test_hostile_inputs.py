@@ -31,7 +31,7 @@ from sarl.rewards.baselines import math_verify as mv
 from sarl.rewards.baselines.self_certainty import LogitsRequiredError
 from sarl.rewards.registry import create_reward, reward_names
 from sarl.rewards.structure.reward import StructureReward, StructureRewardSettings
-from sarl.testing.chat_server import ChatRequest, running_chat_server
+from tests.support.chat_server import ChatRequest, running_chat_server
 
 HUGE = "1" + "0" * 4400  # past Python's 4,300-digit int-string limit
 TEACHER = [

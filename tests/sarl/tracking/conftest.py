@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sarl.testing.mlflow_server import MlflowServer
+from tests.support.mlflow_server import MlflowServer
 
 
 @pytest.fixture

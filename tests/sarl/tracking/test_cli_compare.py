@@ -9,8 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from sarl.cli.compare import compare_command
-from sarl.testing.mlflow_server import MlflowServer
 from sarl.tracking.tracker import Tracker
+from tests.support.mlflow_server import MlflowServer
 
 
 def _app() -> typer.Typer:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from sarl.testing.mlflow_server import MlflowServer
 from sarl.tracking.compare import Comparison, compare_runs, plot_curves, render_tables
 from sarl.tracking.tracker import Tracker, TrackingError, flatten_params
+from tests.support.mlflow_server import MlflowServer
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

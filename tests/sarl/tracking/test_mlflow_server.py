@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sarl.testing.mlflow_server import live_group_members, running_mlflow_server
+from tests.support.mlflow_server import live_group_members, running_mlflow_server
 
 
 @pytest.mark.slow

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sarl.testing.embedding_server import running_embedding_server
-from sarl.testing.mlflow_server import MlflowServer, free_port
 from sarl.tracking.tracker import TrackingError, default_tracking_uri, preflight
+from tests.support.embedding_server import running_embedding_server
+from tests.support.mlflow_server import MlflowServer, free_port
 
 
 def test_closed_port_fails_fast_with_one_line() -> None:

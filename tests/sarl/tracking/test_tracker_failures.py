@@ -17,9 +17,9 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from sarl.cli.main import app
-from sarl.testing.mlflow_server import MlflowServer
 from sarl.tracking.drainer import DrainSettings
 from sarl.tracking.tracker import Tracker
+from tests.support.mlflow_server import MlflowServer
 
 from .conftest import FlakyProxy
 

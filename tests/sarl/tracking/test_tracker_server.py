@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from sarl.testing.mlflow_server import MlflowServer
 from sarl.tracking.tracker import SPEC_ARTIFACT, Tracker, TrackingError, flatten_params
+from tests.support.mlflow_server import MlflowServer
 
 SPEC_YAML = "apiVersion: sarl.dev/v1alpha1\nkind: Experiment\nmetadata:\n  name: demo\n"
 SPEC = {"metadata": {"name": "demo"}, "spec": {"algorithm": {"name": "grpo", "kl_coef": 0.001},

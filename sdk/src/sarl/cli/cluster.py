@@ -212,7 +212,7 @@ def _submit_study(
     kubeconfig: Path | None,
     context: str | None,
 ) -> None:
-    from sarl.cluster.client import load_study_for_cluster
+    from sarl.cluster.documents import load_study_for_cluster
     from sarl.cluster.errors import AlreadyExists
 
     study, _ = load_study_for_cluster(path)  # invalid → exit 2 before any connection
@@ -260,7 +260,7 @@ def submit_command(
     context: ContextOpt = None,
 ) -> None:
     """Validate an Experiment (or a Study: every arm x seed) and create it on the cluster."""
-    from sarl.cluster.client import load_for_cluster
+    from sarl.cluster.documents import load_for_cluster
     from sarl.cluster.errors import AlreadyExists
     from sarl.spec.overrides import load_with_sets
     from sarl.spec.study import is_study_document
@@ -442,7 +442,7 @@ def wait_command(
 
     Exits 1 if it ends Failed or the timeout passes.
     """
-    from sarl.cluster.client import wanted_phases
+    from sarl.cluster.waiting import wanted_phases
 
     with _errors():
         wanted_phases(until)  # a typo in --for is a usage error (2), before connecting

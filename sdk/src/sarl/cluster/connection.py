@@ -2,8 +2,9 @@
 timed, bounded-retry calls.
 
 Used by :class:`sarl.cluster.client.ClusterClient` (and through it ``sarl.Client()`` and the
-``sarl submit|status|logs|delete|wait`` commands). ``kubernetes`` is imported here, lazily, so
-``import sarl`` works without the ``cluster`` extra.
+``sarl submit|status|logs|delete|wait`` commands), whose requests go through
+:class:`~sarl.cluster.resources.CustomObjects` and :class:`~sarl.cluster.pods.PodLogs`.
+``kubernetes`` is imported here, lazily, so ``import sarl`` works without the ``cluster`` extra.
 
 Which configuration is used:
 

@@ -1,6 +1,8 @@
 """The cluster client's errors, and the one place where Kubernetes failures become them.
 
-Raised by :mod:`sarl.cluster.client`; the ``sarl submit|status|logs|delete|wait`` commands
+Raised by the cluster client (:mod:`sarl.cluster.client` and the modules it delegates to:
+:mod:`~sarl.cluster.resources`, :mod:`~sarl.cluster.waiting`, :mod:`~sarl.cluster.pods`,
+:mod:`~sarl.cluster.connection`); the ``sarl submit|status|logs|delete|wait`` commands
 (:mod:`sarl.cli.cluster`) print ``error: <message>`` and exit 1 for every :class:`ClusterError`.
 Each message is one line naming what failed and why; :func:`api_error` maps an exception from
 the ``kubernetes`` client (an ``ApiException`` or a urllib3 connection error) to one of them.

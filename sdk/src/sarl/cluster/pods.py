@@ -1,4 +1,4 @@
-"""Find the training pod of an Experiment and read its log.
+"""Find the training pod of an Experiment (waiting for it to start when asked) and read its log.
 
 Used by :meth:`sarl.cluster.client.ClusterClient.logs`. The operator runs an Experiment
 ``NAME`` as the Kubeflow ``PyTorchJob`` ``NAME``; the Training Operator labels its pods with
@@ -27,10 +27,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, suppress
 from typing import TYPE_CHECKING, Any, Final
 
-from sarl.cluster.errors import Target
+from sarl.cluster.errors import NoPod, Target
+from sarl.cluster.models import TERMINAL_PHASES
 
 if TYPE_CHECKING:
     from sarl.cluster.connection import Connection
+    from sarl.cluster.models import ExperimentInfo
 
 JOB_NAME_LABEL: Final = "training.kubeflow.org/job-name"
 REPLICA_TYPE_LABEL: Final = "training.kubeflow.org/replica-type"
@@ -186,6 +188,41 @@ class PodLogs:
     ) -> None:
         self._conn = conn
         self._translate = translate
+
+    def experiment_log(
+        self,
+        read: Callable[[], ExperimentInfo],
+        name: str,
+        ns: str,
+        *,
+        replica: str,
+        index: int,
+        wait: float,
+        poll: float,
+        on_wait: Callable[[ExperimentInfo], None] | None,
+        follow: bool,
+        tail: int | None,
+        timeout: float | None,
+    ) -> Iterator[str]:
+        """The log of the training pod of Experiment ``name`` (``read`` gets the Experiment),
+        as :meth:`sarl.cluster.client.ClusterClient.logs` describes: looked up now, or with
+        ``wait`` > 0 polled every ``poll`` seconds until the pod exists and left ``Pending``;
+        ``NoPod`` with the Experiment's phase when there is none by then."""
+        deadline = time.monotonic() + wait
+        while True:
+            info = read()
+            pod = self.find(name, ns, replica, index)
+            if pod is not None and (wait <= 0 or started(pod)):
+                return self.lines(pod, ns, follow=follow, tail=tail, timeout=timeout)
+            ended = info.phase in TERMINAL_PHASES and pod is None
+            if wait <= 0 or ended or time.monotonic() >= deadline:
+                raise NoPod(
+                    f"no {replica} pod (index {index}) of experiment {name} in namespace {ns} "
+                    f"yet (phase: {info.phase or 'not picked up by the operator yet'})"
+                )
+            if on_wait is not None:
+                on_wait(info)
+            time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
     def find(self, job: str, ns: str, replica: str, index: int) -> Any | None:
         """The pod to read (see :func:`choose`), or None when there is none yet."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sarl.testing.chat_server import ChatReply, ChatRequest, ChatServer, running_chat_server
+from tests.support.chat_server import ChatReply, ChatRequest, ChatServer, running_chat_server
 
 _PAIR = re.compile(r"\[Text A\]:\n(.*?)\n\n\[Text B\]:\n(.*?)\n\nDo the two texts match", re.S)
 _PATH = re.compile(r"\[Reasoning Path\]:\n(.*)$", re.S)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sarl.rewards.rlkd.chat import ChatClient, ChatEndpointSettings, ChatError, chat_url
-from sarl.testing.chat_server import ChatReply, running_chat_server
+from tests.support.chat_server import ChatReply, running_chat_server
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

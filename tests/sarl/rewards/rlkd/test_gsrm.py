@@ -13,8 +13,8 @@ from sarl.rewards.rlkd.gsrm import (
     parse_verdict,
 )
 from sarl.rewards.rlkd.steps import Step
-from sarl.testing.chat_server import ChatServer
 from tests.sarl.rewards.rlkd.conftest import ScriptedModels, decomposition
+from tests.support.chat_server import ChatServer
 
 
 @pytest.mark.parametrize(

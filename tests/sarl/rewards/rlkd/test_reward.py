@@ -12,7 +12,6 @@ from sarl.rewards.base import Sample
 from sarl.rewards.registry import RewardConfigError, create_reward, get_reward_class
 from sarl.rewards.rlkd.reward import RLKDReward, RLKDRewardSettings, teacher_steps_payload
 from sarl.rewards.rlkd.steps import Step
-from sarl.testing.chat_server import ChatReply, ChatServer, running_chat_server
 from tests.sarl.rewards.rlkd.conftest import (
     ScriptedModels,
     decompose_requests,
@@ -20,6 +19,7 @@ from tests.sarl.rewards.rlkd.conftest import (
     match_requests,
     reference_decomposition,
 )
+from tests.support.chat_server import ChatReply, ChatServer, running_chat_server
 
 TEACHER = "teacher path"
 

@@ -22,7 +22,7 @@ from sarl.rewards.structured_qa.judge import (
     PairJudgement,
 )
 from sarl.rewards.structured_qa.parsing import QAPair
-from sarl.testing.chat_server import ChatReply, ChatRequest, ChatServer, running_chat_server
+from tests.support.chat_server import ChatReply, ChatRequest, ChatServer, running_chat_server
 
 PAIRS = (QAPair("How many eggs remain?", "16 - 7 = 9."), QAPair("What do 9 eggs earn?", "18"))
 GOOD = json.dumps(

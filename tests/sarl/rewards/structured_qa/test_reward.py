@@ -17,7 +17,7 @@ from sarl.rewards.base import RewardOutput, Sample
 from sarl.rewards.registry import RewardConfigError, create_reward, get_reward_class
 from sarl.rewards.structured_qa.judge import JudgeStats
 from sarl.rewards.structured_qa.reward import COMPONENT_KEYS, StructuredQAReward
-from sarl.testing.chat_server import ChatReply, ChatRequest, ChatServer, running_chat_server
+from tests.support.chat_server import ChatReply, ChatRequest, ChatServer, running_chat_server
 
 from .test_parsing import PAPER_TRACE
 

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import sarl
-from sarl.testing.embedding_server import (
+from tests.support import REPO_ROOT
+from tests.support.embedding_server import (
     EmbeddingServer,
     Fault,
     pseudo_embedding,
@@ -274,8 +275,9 @@ def test_module_runs_the_server_in_the_foreground(signum: signal.Signals, inheri
     """Ctrl-C (SIGINT) and SIGTERM stop it cleanly (exit 0), also when the parent left the
     signals ignored or blocked: a child inherits both, and the server would never stop."""
     src = str(Path(sarl.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "sarl.testing.embedding_server", "--port", "0", "--dim", "4"]
+    path = [str(REPO_ROOT), src, os.environ.get("PYTHONPATH", "")]  # the server lives in tests/
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    command = [sys.executable, "-m", "tests.support.embedding_server", "--port", "0", "--dim", "4"]
     pre = _INHERITED[inherited]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, preexec_fn=pre)
     try:

@@ -16,7 +16,7 @@ from types import FrameType
 import httpx
 import pytest
 
-from sarl.testing.http_server import LoopbackHandler, LoopbackServer
+from tests.support.http_server import LoopbackHandler, LoopbackServer
 
 # Hang guards only: with prompt shutdown every wait below ends at once.
 GUARD_S = 60.0

@@ -1,4 +1,4 @@
-"""sarl.testing.kube_server: the in-memory API server answers the kubernetes client as the operator
+"""tests.support.kube_server: the in-memory API server answers the kubernetes client as the operator
 and cluster-client tests need (discovery, CRUD, lists with kind, generation, pod logs).
 
 It is itself a stand-in for a real API server (none can run here); these tests pin the behaviour
@@ -15,7 +15,7 @@ pytest.importorskip("kmock")
 from kubernetes import client, config, dynamic
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from sarl.testing.kube_server import CONFIGMAPS, EXPERIMENTS, KubeServer, kube_server
+from tests.support.kube_server import CONFIGMAPS, EXPERIMENTS, KubeServer, kube_server
 
 
 @pytest.fixture(scope="module")

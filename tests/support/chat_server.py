@@ -1,8 +1,9 @@
 """A small, real OpenAI-compatible ``/v1/chat/completions`` server on loopback, scripted replies.
 
-Used by the tests of judge-based rewards (``structured_qa`` first) and by demos whenever no chat
-model server (vLLM, KServe, a hosted API) is around. It speaks the OpenAI wire format, so the
-client under test does real HTTP, JSON and connection handling; only the replies are recorded.
+Used by the tests of judge-based rewards (``structured_qa``, ``rlkd``), the CLI's and the reward
+service's tests, wherever no chat model server (vLLM, KServe, a hosted API) is around. It speaks
+the OpenAI wire format, so the client under test does real HTTP, JSON and connection handling;
+only the replies are recorded.
 
 A *script* says how to answer each request: a list (valid request ``i`` gets item ``i``) or a
 callable ``ChatRequest -> reply`` (for concurrent clients, whose arrival order is not fixed, key
@@ -11,7 +12,8 @@ in a normal 200 completion) or a :class:`ChatReply` (error status, raw body such
 JSON, delay for timeouts, dropped connection). A request with no scripted reply gets HTTP 500
 naming its index. Every valid request is recorded (:attr:`ChatServer.requests`).
 
-Run it in the foreground with ``python -m sarl.testing.chat_server --port 8000 --reply '{...}'``
+Run it in the foreground, from the repository root, with
+``python -m tests.support.chat_server --port 8000 --reply '{...}'``
 (every request then gets that content).
 """
 
@@ -24,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
-from sarl.testing.http_server import (
+from tests.support.http_server import (
     BadRequest,
     LoopbackHandler,
     LoopbackServer,
@@ -259,9 +261,9 @@ def running_chat_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Serve in the foreground: ``python -m sarl.testing.chat_server --port 8000 --reply TEXT``."""
+    """Serve in the foreground: ``python -m tests.support.chat_server --port 8000 --reply TEXT``."""
     parser = server_arg_parser(
-        "python -m sarl.testing.chat_server",
+        "python -m tests.support.chat_server",
         "OpenAI-compatible /v1/chat/completions server that answers with fixed text.",
         default_port=8000,
     )

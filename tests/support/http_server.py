@@ -1,7 +1,7 @@
 """Lifecycle machinery shared by the local test servers (stdlib HTTP on loopback).
 
-Used by :mod:`sarl.testing.embedding_server` and :mod:`sarl.testing.chat_server`, which the
-tests, benchmarks, demos and reward-service tests start in-process, and whose ``main`` runs them
+Used by :mod:`tests.support.embedding_server` and :mod:`tests.support.chat_server`, which the
+tests, benchmarks and reward-service tests start in-process, and whose ``main`` runs them
 in the foreground (:func:`serve_in_foreground`). :class:`LoopbackServer` binds the socket on
 construction, serves on a background thread (:meth:`LoopbackServer.start`) or in the foreground
 until SIGINT or SIGTERM (:meth:`LoopbackServer.serve_until_signalled`), and on

@@ -1,10 +1,10 @@
 """A small, real OpenAI-compatible ``/v1/embeddings`` server on loopback, with fault injection.
 
-Used by the embedding-client tests, the embedding benchmark and demos whenever no model server
-(vLLM, KServe's Hugging Face runtime) is around. It speaks the same wire format as vLLM, so the
-client under test does real HTTP, JSON and connection handling; only the vectors are fake:
-each text maps to a deterministic pseudo-embedding (:func:`pseudo_embedding`), so any two
-servers agree and tests can compute the expected vectors themselves. Like OpenAI and vLLM it
+Used by the embedding-client, CLI and reward-service tests and the embedding benchmark, wherever
+no model server (vLLM, KServe's Hugging Face runtime) is around. It speaks the same wire format
+as vLLM, so the client under test does real HTTP, JSON and connection handling; only the vectors
+are fake: each text maps to a deterministic pseudo-embedding (:func:`pseudo_embedding`), so any
+two servers agree and tests can compute the expected vectors themselves. Like OpenAI and vLLM it
 answers ``encoding_format: "float"`` (the default: JSON numbers) and ``"base64"`` (each vector's
 little-endian float32 bytes, base64-encoded); both carry exactly the same float32 values.
 
@@ -12,7 +12,8 @@ Tests script per-request behaviour with :class:`Fault` values (error status, del
 body, wrong count, dropped connection), given as a list (request ``i`` gets item ``i``) or a
 callable ``request_index -> Fault | None``.
 
-Run it in the foreground with ``python -m sarl.testing.embedding_server --port 8080 --dim 384``.
+Run it in the foreground, from the repository root, with
+``python -m tests.support.embedding_server --port 8080 --dim 384``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import numpy.typing as npt
 
-from sarl.testing.http_server import (
+from tests.support.http_server import (
     JSON_CONTENT_TYPE,
     BadRequest,
     LoopbackHandler,
@@ -357,9 +358,10 @@ def running_embedding_server(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the server in the foreground: ``python -m sarl.testing.embedding_server --port 8080``."""
+    """Run the server in the foreground (from the repository root):
+    ``python -m tests.support.embedding_server --port 8080``."""
     parser = server_arg_parser(
-        "python -m sarl.testing.embedding_server",
+        "python -m tests.support.embedding_server",
         "OpenAI-compatible /v1/embeddings server with deterministic pseudo-embeddings.",
         default_port=8080,
     )

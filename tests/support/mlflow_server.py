@@ -1,6 +1,7 @@
 """Start a real MLflow tracking server (``mlflow server``) as a subprocess, on loopback by default.
 
-Used by the tracking tests (one server per test session), and handy for demos:
+Used by the tracking, operator and job tests (one server per test session, see
+``tests/conftest.py``), and by hand from the repository root:
 ``with running_mlflow_server(Path("/tmp/mlf")) as server: print(server.url)``. It is the real
 server — the same REST API, SQLite backend and artifact proxy a team deployment runs — so
 ``MlflowClient`` does real HTTP against it.

@@ -1,5 +1,5 @@
-"""The scripted chat server itself (``sarl.testing.chat_server``): wire format, request checks,
-script forms. Lives here until a second judge-based reward uses it; then ``tests/sarl/testing``."""
+"""The scripted chat server itself (``tests.support.chat_server``): wire format, request checks,
+script forms."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from sarl.testing.chat_server import ChatReply, ChatRequest, running_chat_server
+from tests.support.chat_server import ChatReply, ChatRequest, running_chat_server
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
 

@@ -1,0 +1,250 @@
+"""The reconcile layer both kinds share: process settings, the MLflow run, owned children, and
+the status patch with an Event per transition.
+
+Used by :mod:`sarl_operator.experiment_handlers` and :mod:`sarl_operator.study_handlers`, which
+do not import each other; :mod:`sarl_operator.handlers` registers both with kopf. Everything
+here takes the Kubernetes API, kopf's patch and an Event poster (:data:`PostEvent`) as
+arguments, so tests call the handlers with fakes. What kopf gets back on failure:
+:func:`fail` (the object Failed, ``kopf.PermanentError``: no retries) and
+:func:`tracking_unavailable` (``TrackingReady=False``, ``kopf.TemporaryError`` every
+:data:`TRACKING_RETRY_DELAY_S` s: nothing is created without its MLflow run).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import kopf
+
+from sarl.spec.experiment import Experiment
+from sarl_operator import builders, scheduling
+from sarl_operator.admission import allowed_registries
+from sarl_operator.kube import KubeApi, apply, controlled_by
+from sarl_operator.status import (
+    OPERATOR_CONDITIONS,
+    RELEASED,
+    condition,
+    failed_status,
+    status_patch,
+)
+from sarl_operator.tracking import Progress, RunRef, TrackingError, run_url
+
+GROUP: Final = "sarl.dev"
+VERSION: Final = "v1alpha1"
+DEFAULT_STATUS_INTERVAL_S: Final = 30.0
+TRACKING_RETRY_DELAY_S: Final = 30
+#: Seconds between checks while waiting for a Secret, InferenceServices or a previous child
+#: (``SARL_RETRY_DELAY_S``).
+WAIT_RETRY_DELAY_S: Final = 30.0
+DEFAULT_IMAGES: Final[Mapping[str, str]] = {
+    "verl": "ghcr.io/sarl-dev/sarl-verl:latest",
+    "trl": "ghcr.io/sarl-dev/sarl-trl:latest",
+}
+
+#: (involved object, type "Normal"/"Warning", reason, message) -> None
+PostEvent = Callable[[Mapping[str, Any], str, str, str], None]
+
+
+class Tracker(Protocol):
+    """What the handlers use of :class:`~sarl_operator.tracking.MlflowTracking`."""
+
+    def ensure_run(
+        self,
+        experiment_name: str,
+        *,
+        run_name: str,
+        namespace: str,
+        uid: str,
+        tags: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        description: str | None = None,
+        experiment_description: str | None = None,
+    ) -> RunRef: ...
+
+    def latest_progress(self, run_id: str) -> Progress | None: ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The operator's process settings (its environment, wired by charts/sarl-platform)."""
+
+    verl_image: str = DEFAULT_IMAGES["verl"]
+    trl_image: str = DEFAULT_IMAGES["trl"]
+    tracking_uri: str = ""
+    ui_url: str = ""
+    platform: builders.Platform = field(default_factory=builders.Platform)
+    retry_delay_s: float = WAIT_RETRY_DELAY_S
+    #: Image prefixes an Experiment may name (``SARL_ALLOWED_IMAGE_REGISTRIES``); empty: any.
+    allowed_registries: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        return cls(
+            verl_image=env.get("SARL_TRAINER_IMAGE") or DEFAULT_IMAGES["verl"],
+            trl_image=env.get("SARL_TRL_TRAINER_IMAGE") or DEFAULT_IMAGES["trl"],
+            tracking_uri=env.get("SARL_MLFLOW_TRACKING_URI", ""),
+            ui_url=env.get("SARL_MLFLOW_UI_URL", ""),
+            platform=builders.Platform.from_env(env),
+            retry_delay_s=_seconds(env, "SARL_RETRY_DELAY_S", WAIT_RETRY_DELAY_S),
+            allowed_registries=allowed_registries(env),
+        )
+
+    def image_of(self, exp: Experiment) -> str:
+        """``spec.resources.image``, else the platform's image for the backend."""
+        backend = builders.backend(exp)
+        return exp.spec.resources.image or (self.trl_image if backend == "trl" else self.verl_image)
+
+    def tracking_uri_of(self, exp: Experiment) -> str:
+        """``spec.tracking.mlflow_uri``, else the platform's MLflow; empty: no tracking."""
+        return exp.spec.tracking.mlflow_uri or self.tracking_uri
+
+    def ui_url_of(self, exp: Experiment) -> str:
+        """Base of run URLs: the spec's own server, else SARL_MLFLOW_UI_URL, else the URI."""
+        return exp.spec.tracking.mlflow_uri or self.ui_url or self.tracking_uri
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    """``env[name]`` as a positive number of seconds (``default`` when unset)."""
+    raw = env.get(name, "")
+    try:
+        value = float(raw) if raw else default
+    except ValueError as e:
+        raise ValueError(f"{name}={raw!r}: not a number of seconds") from e
+    if not value > 0:
+        raise ValueError(f"{name}={raw!r}: must be > 0")
+    return value
+
+
+def status_interval_s(env: Mapping[str, str]) -> float:
+    """``SARL_STATUS_INTERVAL_S`` as a positive number of seconds (default 30)."""
+    return _seconds(env, "SARL_STATUS_INTERVAL_S", DEFAULT_STATUS_INTERVAL_S)
+
+
+def now() -> str:
+    """The current UTC time as the status writes it (``lastTransitionTime``)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def patch_status(
+    body: Mapping[str, Any],
+    patch: MutableMapping[str, Any],
+    desired: Mapping[str, Any],
+    post_event: PostEvent,
+    watched: frozenset[str] = OPERATOR_CONDITIONS,
+) -> None:
+    """Put the changed status fields into kopf's patch; an Event per transition of the phase
+    and of the ``watched`` condition types (the operator's own)."""
+    current = body.get("status") or {}
+    changes = status_patch(current, desired)
+    if changes is None:
+        return
+    patch.setdefault("status", {}).update(changes)
+    phase = changes.get("phase")
+    if phase is not None:
+        kind = "Warning" if phase == "Failed" else "Normal"
+        post_event(body, kind, f"Phase{phase}", f"phase {current.get('phase')} -> {phase}")
+    before = {c.get("type"): c.get("status") for c in current.get("conditions") or []}
+    for cond in changes.get("conditions") or []:
+        if cond["type"] in watched and before.get(cond["type"]) != cond["status"]:
+            # Released served models and a job waiting in its Kueue queue are expected.
+            warn = cond["status"] == "False" and cond.get("reason") not in (
+                RELEASED,
+                scheduling.QUEUED,
+            )
+            kind = "Warning" if warn else "Normal"
+            message = f"{cond['type']}={cond['status']}: {cond.get('message', '')}".rstrip(": ")
+            post_event(body, kind, str(cond.get("reason") or cond["type"]), message)
+
+
+def fail(
+    body: Mapping[str, Any],
+    patch: MutableMapping[str, Any],
+    post_event: PostEvent,
+    message: str,
+    *,
+    reason: str = "InvalidSpec",
+    watched: frozenset[str] = OPERATOR_CONDITIONS,
+) -> kopf.PermanentError:
+    """Patch the status Failed (``Ready=False`` with ``reason`` and ``message``) and return the
+    error for the caller to raise: kopf does not retry the object."""
+    generation = body["metadata"].get("generation")
+    failed = failed_status(message, generation, now(), reason=reason)
+    patch_status(body, patch, failed, post_event, watched)
+    return kopf.PermanentError(message)
+
+
+def tracked_run(
+    body: Mapping[str, Any],
+    base: Experiment,
+    settings: Settings,
+    tracker_factory: Callable[[str], Tracker],
+    ensure: Callable[[Tracker, Mapping[str, Any]], RunRef],
+    *,
+    id_field: str,
+    uri_field: str,
+) -> tuple[str, str, dict[str, Any]]:
+    """(run id, run URL, TrackingReady condition) of the object's MLflow run; raises
+    TrackingError when MLflow fails.
+
+    ``base``: the Experiment whose tracking settings apply. A run id (status field ``id_field``)
+    and URL already in the status are reused without calling MLflow, so a spec update does not
+    depend on MLflow being up; else ``ensure(tracker, metadata)`` gets or creates the run. No
+    tracking URI: no run, and ``TrackingReady=False`` naming ``uri_field``."""
+    uri = settings.tracking_uri_of(base)
+    if not uri:
+        message = f"no MLflow tracking URI ({uri_field} or SARL_MLFLOW_TRACKING_URI)"
+        return "", "", condition("TrackingReady", "False", "TrackingNotConfigured", message)
+    status = body.get("status") or {}
+    if status.get(id_field) and status.get("mlflowRunUrl"):
+        run_id, url = str(status[id_field]), str(status["mlflowRunUrl"])
+    else:
+        ref = ensure(tracker_factory(uri), body["metadata"])
+        run_id, url = ref.run_id, run_url(settings.ui_url_of(base), ref)
+    return run_id, url, condition("TrackingReady", "True", "RunReady", f"MLflow run {run_id}")
+
+
+def tracking_unavailable(e: TrackingError) -> tuple[dict[str, Any], kopf.TemporaryError]:
+    """(``TrackingReady=False`` for the status, the error to raise once it is patched)."""
+    down = condition("TrackingReady", "False", "TrackingUnavailable", str(e))
+    return down, kopf.TemporaryError(str(e), delay=TRACKING_RETRY_DELAY_S)
+
+
+def apply_owned(
+    api: KubeApi,
+    child: Mapping[str, Any],
+    body: Mapping[str, Any],
+    post_event: PostEvent,
+    owner_kind: str = "Experiment",
+    *,
+    create: bool = False,
+) -> None:
+    """Create or merge-patch ``child`` controlled by the object (:func:`builders.owned`,
+    :func:`~sarl_operator.kube.apply`), or only create it (``create``: the caller read that it
+    is missing); a ``Created`` Event when it was created."""
+    owned = builders.owned(child, body["metadata"], kind=owner_kind)
+    if create:
+        api.create(owned)
+    elif apply(api, owned) != "created":
+        return
+    post_event(body, "Normal", "Created", f"created {child['kind']} {child['metadata']['name']}")
+
+
+def release_owned(
+    api: KubeApi,
+    body: Mapping[str, Any],
+    api_version: str,
+    kind: str,
+    name: str,
+    current: Mapping[str, Any] | None,
+    post_event: PostEvent,
+) -> None:
+    """Delete ``current`` (the object ``kind``/``name`` as read) when the object controls it; a
+    :data:`~sarl_operator.status.RELEASED` Event when it was deleted."""
+    meta = body["metadata"]
+    if controlled_by(current, meta["uid"]) and api.delete(
+        api_version, kind, meta["namespace"], name
+    ):
+        post_event(body, "Normal", RELEASED, f"deleted {kind} {name}")
