@@ -1,7 +1,10 @@
 """``make bench``: run every benchmark once, print the figures and write them as JSON.
 
 Writes ``<out>/structure.json`` with at least ``naive_ms_per_response``,
-``fast_ms_per_response``, ``speedup``, ``scores_identical`` and ``embedding_speedup``,
+``fast_ms_per_response``, ``speedup``, ``scores_identical``, the same path before issue 26 item 2
+timed in the same rounds (``before_ms_per_response``, ``speedup_vs_before``,
+``identical_to_before``; ``n_init_10_*`` for ``kmeans_n_init`` 10; ``target_met``: 0.15 ms per
+response) and ``embedding_speedup``,
 ``<out>/kmeans_restarts.json`` with SR's spread under KMeans reseeding and the cost of
 ``kmeans_n_init`` 1, 3 and 10 at paper scale (the measurement behind the ``paper-*-math`` presets'
 restarts; ``--kmeans-full`` for the larger run), ``<out>/rewards.json`` with each text-only
@@ -68,6 +71,24 @@ def main() -> None:
         f"{structure['speedup']:.1f}x",
         f"scores identical: {structure['scores_identical']}",
     )
+    for n_init, key in ((1, ""), (10, "n_init_10_")):
+        target = (
+            f"; target <= {structure['target_ms_per_response']:.2f} ms: "
+            + ("met" if structure["target_met"] else "missed")
+            if n_init == 1
+            else ""
+        )
+        table.add_row(
+            f"structure reward, kmeans_n_init {n_init}: before issue 26 (in the naive column) "
+            "vs now, same rounds [CPU time]",
+            f"{structure[f'{key}before_ms_per_response']:.3f} ms/resp "
+            f"[{structure[f'{key}before_cpu_ms_per_response']:.3f}]",
+            f"{structure[f'{key}fast_ms_per_response']:.3f} ms/resp "
+            f"[{structure[f'{key}fast_cpu_ms_per_response']:.3f}]",
+            f"{structure[f'{key}speedup_vs_before']:.2f}x "
+            f"[{structure[f'{key}cpu_speedup_vs_before']:.2f}x]",
+            f"identical to before: {structure[f'{key}identical_to_before']}{target}",
+        )
     table.add_row(
         "embedding client vs local OpenAI-compatible server "
         "(naive: a request per response, float JSON [base64])",

@@ -1,12 +1,16 @@
 """Per-response clustering of step embeddings into latent reasoning functions (SARL v2 §3.2, A.1).
 
-Called by the structure scorer (``scorer.py``) once per response, possibly in worker processes.
+Called by the structure scorer (``scorer.py``) per bucket of same-length responses (or once per
+response), possibly in worker processes.
 
 * KMeans: k = round(sqrt(M)) clamped to [1, M]; KMeans++ seeding with a fixed seed, then Lloyd
   iterations. Because step embeddings are unit-normalised and M is small (tens of steps) while
   the dimension is large (384–4096), the whole algorithm runs on the M x M Gram matrix
   ("kernel" form of Lloyd's algorithm): exact same partitions as Lloyd in input space, but each
   iteration costs O(M^2 k) instead of O(M k d), and there is no per-call library overhead.
+  A bucket's responses and their restarts run as rows of one batch, chunk by chunk; each row's
+  result is the one it gets alone (issue 26 made this path ~1.5-2x faster with bit-identical
+  results: ``tests/sarl/rewards/structure/test_identity.py``).
 * HDBSCAN: scikit-learn's implementation with the paper's settings and a choice of noise policy.
 
 Labels are returned in canonical form: clusters numbered 0, 1, ... by first appearance in step
@@ -16,9 +20,10 @@ order, so equal partitions give equal label lists whatever the algorithm's inter
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -45,10 +50,16 @@ def kmeans_k(num_steps: int) -> int:
 
 def squared_distances(gram: FloatMatrix) -> FloatMatrix:
     """Pairwise squared Euclidean distances from (stacked) Gram matrices, shape (..., M, M)."""
+    return _squared_distances(gram, np.empty_like(gram), np.empty_like(gram))
+
+
+def _squared_distances(gram: FloatMatrix, out: FloatMatrix, scratch: FloatMatrix) -> FloatMatrix:
+    """:func:`squared_distances` written to ``out``; ``scratch`` (same shape) is overwritten."""
     diag = np.diagonal(gram, axis1=-2, axis2=-1)  # (..., M)
-    d2 = diag[..., :, None] + diag[..., None, :] - 2.0 * gram
-    np.maximum(d2, 0.0, out=d2)  # rounding can give tiny negatives
-    return d2
+    np.add(diag[..., :, None], diag[..., None, :], out=out)
+    np.subtract(out, np.multiply(gram, 2.0, out=scratch), out=out)  # (G_ii + G_jj) - 2 G_ij
+    np.maximum(out, 0.0, out=out)  # rounding can give tiny negatives
+    return out
 
 
 def unit_grams(stack: Sequence[npt.NDArray[np.floating]]) -> FloatMatrix:
@@ -61,21 +72,41 @@ def unit_grams(stack: Sequence[npt.NDArray[np.floating]]) -> FloatMatrix:
     5e-324: see :func:`_safe_scale`). Raises ValueError naming the row for zero or non-finite
     rows.
     """
-    b, m = len(stack), (stack[0].shape[0] if len(stack) else 0)
-    gram = np.empty((b, m, m))  # (B, M, M)
-    for i in range(b):
-        x = _safe_scale(stack[i])
-        gram[i] = x @ x.T
+    m = stack[0].shape[0] if len(stack) else 0
+    return _unit_grams(stack, np.empty((len(stack), m, m)))
+
+
+def _unit_grams(stack: Sequence[npt.NDArray[np.floating]], gram: FloatMatrix) -> FloatMatrix:
+    """:func:`unit_grams` written to ``gram`` (B, M, M)."""
+    b = len(stack)
+    with np.errstate(over="ignore", invalid="ignore"):  # extreme rows: redone below
+        for i in range(b):
+            x = stack[i]
+            gram[i] = x @ x.T
     sq_norms = np.diagonal(gram, axis1=1, axis2=2).copy()  # (B, M)
+    # _safe_scale leaves a response alone unless a row's largest |entry| lies outside
+    # [2**-41, 2**40); the squared norms bound it (|x|^2 / dim <= peak^2 <= |x|^2, up to
+    # rounding far inside the margins below), so only a response with a squared norm outside
+    # [dim 2**-78, 2**76] pays for the exact check: a pass over its (M, dim) rows that costs
+    # half as much as its Gram at paper scale. The others' Gram entries are finite (at most
+    # 2**77 in size), so only the checked ones are searched for non-finite values.
+    low = np.array([float(x.shape[1]) for x in stack]) * 2.0**-78  # (B,)
+    checked = np.flatnonzero(~((sq_norms >= low[:, None]) & (sq_norms <= 2.0**76)).all(axis=1))
+    for j in checked.tolist():
+        x = _safe_scale(stack[j])
+        gram[j] = x @ x.T
+        sq_norms[j] = np.diagonal(gram[j])
     bad = ~np.isfinite(sq_norms) | (sq_norms <= 0.0)
     if bad.any():
         b, i = (int(v) for v in np.argwhere(bad)[0])
         problem = "is a zero vector" if sq_norms[b, i] == 0.0 else "has non-finite values"
         raise ValueError(f"step_embeddings: row {i} {problem} and cannot be normalised")
-    if not np.isfinite(gram).all():
+    if not np.isfinite(gram[checked]).all():
         raise ValueError("step_embeddings: contains non-finite values")
     inv = 1.0 / np.sqrt(sq_norms)  # (B, M)
-    return gram * inv[:, :, None] * inv[:, None, :]
+    gram *= inv[:, :, None]  # (G_ij / |x_i|) / |x_j|, in that order
+    gram *= inv[:, None, :]
+    return gram
 
 
 # Rows whose largest |entry| lies within 2**±_SAFE_EXP have squared norms and dot products far
@@ -107,76 +138,196 @@ def _safe_scale(x: _Rows) -> _Rows:
     return out
 
 
-def _kmeans_pp(d2: FloatMatrix, k: int, rng: np.random.Generator) -> IntArray:
-    """Greedy KMeans++ seeding (Arthur & Vassilvitskii 2007) for B same-size responses at once.
+# Responses clustered together: enough rows that numpy's per-call cost is spread thin, few enough
+# that the chunk's arrays (Gram and distance matrices, restarts' one-hot and distance blocks) stay
+# in cache and small allocations are reused instead of mapped afresh (page faults cost more than
+# the arithmetic at paper scale).
+_CHUNK_BYTES = 1 << 20
 
-    ``d2`` is (B, M, M). As in scikit-learn, each new centre is the best of 2 + floor(ln k)
-    candidates drawn with probability proportional to D^2. All rows of a bucket consume the same
-    random numbers, exactly as if each response were seeded alone with ``config.seed`` — so a
-    response's labels never depend on its batch. A row stops adding centres when every point
-    coincides with a centre (fewer distinct points than k); its missing centres are -1.
-    Returns (B, k) point indices.
+
+def _chunk_size(m: int, k: int, n_init: int) -> int:
+    """Responses per chunk for M steps, k clusters and ``n_init`` restarts."""
+    return max(1, _CHUNK_BYTES // (8 * m * max(m, n_init * k)))
+
+
+class _Scratch(threading.local):
+    """Per-thread buffers for a chunk's (B, M, M) arrays, kept from one chunk (and call) to the
+    next: fresh arrays of this size are mapped and faulted in page by page on every chunk, which
+    cost more than the arithmetic on them. At most three buffers of ``_SCRATCH_KEEP_BYTES`` per
+    thread that clusters; a larger chunk (one response of over ~700 steps) gets fresh arrays."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, FloatMatrix] = {}
+
+    def take(self, name: str, shape: tuple[int, ...]) -> FloatMatrix:
+        """A (B, M, M) view of the buffer ``name``, contents undefined; valid until the next
+        ``take`` of that name in this thread."""
+        size = math.prod(shape)
+        if size * 8 > _SCRATCH_KEEP_BYTES:
+            return np.empty(shape)
+        buf = self.buffers.get(name)
+        if buf is None or buf.size < size:
+            buf = self.buffers[name] = np.empty(size)
+        return buf[:size].reshape(shape)
+
+
+_SCRATCH_KEEP_BYTES = 4 * _CHUNK_BYTES
+
+
+_SCRATCH = _Scratch()
+
+
+class _Draws:
+    """The random numbers of KMeans++ seedings, restart after restart, from one generator.
+
+    Restart r takes a first centre, then ``2 + floor(ln k)`` uniforms per further centre — the
+    order in which a loop over restarts seeding the whole bucket draws them. Drawing them
+    up front lets all restarts of all responses run as rows of one batch.
+    """
+
+    def __init__(self, seed: int, m: int, k: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.m, self.k = m, k
+        self.trials = 2 + int(math.log(k))
+        self.states: list[Any] = []
+
+    def draw(self, n: int) -> tuple[IntArray, FloatMatrix]:
+        """``n`` more restarts: first centres (n,) and candidate uniforms (n, k - 1, T)."""
+        first = np.empty(n, dtype=np.int64)
+        draws = np.empty((n, self.k - 1, self.trials))
+        for r in range(n):
+            self.states.append(self.rng.bit_generator.state)
+            first[r] = self.rng.integers(self.m)
+            for c in range(self.k - 1):
+                draws[r, c] = self.rng.random(self.trials)
+        return first, draws
+
+    def rewind(self, restart: int, rounds: int) -> None:
+        """Put the generator where it stands after ``restart`` drew only ``rounds`` rounds."""
+        self.rng.bit_generator.state = self.states[restart]
+        del self.states[restart + 1 :]
+        self.rng.integers(self.m)
+        for _ in range(rounds):
+            self.rng.random(self.trials)
+
+
+def _kmeans_pp(
+    d2: FloatMatrix, k: int, first: IntArray, draws: FloatMatrix
+) -> tuple[IntArray, IntArray]:
+    """Greedy KMeans++ seeding (Arthur & Vassilvitskii 2007) of R restarts of B responses.
+
+    ``d2`` is (B, M, M); restart r starts from point ``first[r]`` and draws its candidates with
+    ``draws[r]`` (k - 1, T). As in scikit-learn, each new centre is the best of T = 2 +
+    floor(ln k) candidates drawn with probability proportional to D^2. Every response of a
+    restart uses the same numbers, exactly as if it were seeded alone, so a response's labels
+    never depend on its batch. A response stops adding centres when every point coincides with
+    a centre (fewer distinct points than k); its missing centres are -1. Returns the centres'
+    point indices (R, B, k) and, per restart, the rounds of draws a loop over these responses
+    would use: k - 1, or the round at which none of them has a point left to add.
     """
     b, m, _ = d2.shape
-    rows = np.arange(b)
-    centers = np.full((b, k), -1, dtype=np.int64)
-    centers[:, 0] = int(rng.integers(m))
-    closest = d2[rows, centers[:, 0]].copy()  # (B, M) squared distance to the nearest centre
-    n_trials = 2 + int(math.log(k))
+    n = first.shape[0] * b  # rows: restart-major
+    src = np.tile(np.arange(b), first.shape[0])  # (N,) the response of each row
+    rows = np.arange(n)
+    centers = np.full((n, k), -1, dtype=np.int64)
+    centers[:, 0] = np.repeat(first, b)
+    closest = d2[src, centers[:, 0]]  # (N, M) squared distance to the nearest centre
+    row_draws = np.repeat(draws, b, axis=0)  # (N, k - 1, T)
+    used = np.full(n, k - 1)  # the round at which a row had nothing left to add
     for c in range(1, k):
-        draws = rng.random(n_trials)  # drawn for every bucket, like a per-response generator
-        total = closest.sum(axis=1)  # (B,)
+        total = closest.sum(axis=1)  # (N,)
         active = total > 0.0
-        if not active.any():
-            break
-        cumulative = np.cumsum(closest, axis=1)  # (B, M)
-        thresholds = draws[None, :] * total[:, None]  # (B, T)
+        everyone = bool(active.all())
+        if not everyone:
+            np.minimum(used, np.where(active, k - 1, c), out=used)
+            if not active.any():
+                break
+        cumulative = np.cumsum(closest, axis=1)  # (N, M)
+        thresholds = row_draws[:, c - 1] * total[:, None]  # (N, T)
         # searchsorted per row, side='left': number of cumulative values below the threshold.
         cand = (cumulative[:, None, :] < thresholds[:, :, None]).sum(axis=2)
-        cand = np.minimum(cand, m - 1)  # (B, T)
-        trial = np.minimum(closest[:, None, :], d2[rows[:, None], cand])  # (B, T, M)
-        best = np.argmin(trial.sum(axis=2), axis=1)  # (B,)
-        centers[active, c] = cand[rows, best][active]
-        closest[active] = trial[rows, best][active]
-    return centers
+        np.minimum(cand, m - 1, out=cand)  # (N, T)
+        trial = d2[src[:, None], cand]  # (N, T, M)
+        np.minimum(closest[:, None, :], trial, out=trial)
+        best = np.argmin(trial.sum(axis=2), axis=1)  # (N,)
+        if everyone:
+            centers[:, c] = cand[rows, best]
+            closest = trial[rows, best]
+        else:
+            centers[active, c] = cand[rows, best][active]
+            closest[active] = trial[rows, best][active]
+    return centers.reshape(-1, b, k), used.reshape(-1, b).max(axis=1)
 
 
 def _lloyd(
     gram: FloatMatrix, labels: IntArray, valid: npt.NDArray[np.bool_], max_iter: int
 ) -> tuple[IntArray, npt.NDArray[np.float64]]:
-    """Lloyd iterations in kernel form for B responses; returns (labels (B, M), inertia (B,)).
+    """Lloyd iterations in kernel form for R restarts of B responses.
 
-    With Z the (M, k) one-hot assignment and n_c the cluster sizes, the squared distance of
-    point i to the mean of cluster c is G_ii - 2 (G Z)_ic / n_c + (Z^T G Z)_cc / n_c^2.
-    ``valid`` (B, k) marks clusters that exist (a row with fewer distinct points has fewer).
+    ``gram`` (B, M, M), start ``labels`` (R, B, M), ``valid`` (R, B, k) marks clusters that
+    exist (a row with fewer distinct points has fewer). Returns labels (R, B, M) and inertia
+    (R, B). With Z the (M, k) one-hot assignment and n_c the cluster sizes, the squared distance
+    of point i to the mean of cluster c is G_ii - 2 (G Z)_ic / n_c + (Z^T G Z)_cc / n_c^2.
+    A row whose labels an iteration keeps is at a fixed point (more iterations repeat it), so
+    each row's result is the one it would get alone. The first iteration shares each G between
+    a response's restarts; then the rows still moving are gathered.
     """
-    b, m, _ = gram.shape
-    k = valid.shape[1]
-    diag = np.diagonal(gram, axis1=1, axis2=2)  # (B, M)
-    eye = np.eye(k)
-    dist = np.zeros((b, m, k))
-    for _ in range(max_iter):
-        onehot = eye[labels]  # (B, M, k)
-        sizes = onehot.sum(axis=1)  # (B, k)
-        gz = np.matmul(gram, onehot)  # (B, M, k)
-        within = np.einsum("bic,bic->bc", onehot, gz)  # (B, k) = diag(Z^T G Z)
+    r, b, m = labels.shape
+    k = valid.shape[2]
+    n = r * b
+    labels, ok = labels.reshape(n, m), valid.reshape(n, k)
+    out = labels.copy()
+    own = np.zeros((n, m))  # squared distance of each point to its cluster's mean
+    src = np.tile(np.arange(b), r)  # (N,) the response of each row
+    left = np.arange(n)  # rows still iterating
+    g: FloatMatrix | None = None  # the moving rows' Gram matrices once gathered
+    diag = np.diagonal(gram, axis1=1, axis2=2)[src]  # (N, M)
+    for it in range(max_iter):
+        a = left.size
+        onehot = np.zeros((a, m, k))
+        onehot.reshape(-1)[np.arange(0, a * m * k, k) + labels.ravel()] = 1.0  # (A, M, k)
+        if g is None:  # every row: G broadcast over restarts
+            gz = np.matmul(gram, onehot.reshape(r, b, m, k)).reshape(n, m, k)
+        else:
+            gz = np.matmul(g, onehot)  # (A, M, k)
+        sizes = _counts(labels, k).astype(np.float64)  # (A, k)
+        within = np.einsum("bic,bic->bc", onehot, gz)  # (A, k) = diag(Z^T G Z)
         safe = np.where(sizes > 0, sizes, 1.0)
-        dist = diag[:, :, None] - 2.0 * gz / safe[:, None, :] + (within / safe**2)[:, None, :]
-        dist[np.broadcast_to(((sizes == 0) | ~valid)[:, None, :], dist.shape)] = np.inf
-        new = np.argmin(dist, axis=2)  # (B, M)
-        new = _fill_empty(new, dist, valid)
-        if np.array_equal(new, labels):
-            break
+        # diag - 2 gz / n + within / n^2, operation by operation in that order, in place.
+        dist = np.multiply(gz, 2.0, out=gz)
+        np.divide(dist, safe[:, None, :], out=dist)
+        np.subtract(diag[:, :, None], dist, out=dist)
+        np.add(dist, (within / safe**2)[:, None, :], out=dist)  # (A, M, k)
+        gone = (sizes == 0) | ~ok  # (A, k)
+        if gone.any():
+            dist[np.broadcast_to(gone[:, None, :], dist.shape)] = np.inf
+        new = np.argmin(dist, axis=2)  # (A, M)
+        new = _fill_empty(new, dist, ok)
+        done = (new == labels).all(axis=1) if it < max_iter - 1 else np.ones(a, dtype=bool)
+        if done.any():
+            at = np.flatnonzero(done)
+            out[left[at]] = new[at]
+            own[left[at]] = dist[at[:, None], np.arange(m), new[at]]
+            if at.size == a:
+                break
+            keep = ~done
+            left, diag, ok, new = left[keep], diag[keep], ok[keep], new[keep]
+            g = gram[src[left]] if g is None else g[keep]
         labels = new
-    own = np.take_along_axis(dist, labels[:, :, None], axis=2)[:, :, 0]  # (B, M)
-    return labels, np.maximum(own, 0.0).sum(axis=1)
+    return out.reshape(r, b, m), np.maximum(own, 0.0).sum(axis=1).reshape(r, b)
+
+
+def _counts(labels: IntArray, k: int) -> IntArray:
+    """Cluster sizes (A, k) of labels (A, M) in [0, k)."""
+    a = labels.shape[0]
+    flat = (labels + k * np.arange(a)[:, None]).ravel()
+    return np.bincount(flat, minlength=a * k).reshape(a, k)
 
 
 def _fill_empty(labels: IntArray, dist: FloatMatrix, valid: npt.NDArray[np.bool_]) -> IntArray:
     """Give each empty valid cluster the point farthest from its own centre (as scikit-learn)."""
     k = valid.shape[1]
-    counts = (labels[:, :, None] == np.arange(k)).sum(axis=1)  # (B, k)
-    empty = (counts == 0) & valid
+    empty = (_counts(labels, k) == 0) & valid  # (A, k)
     if not empty.any():
         return labels
     labels = labels.copy()
@@ -194,6 +345,18 @@ def _fill_empty(labels: IntArray, dist: FloatMatrix, valid: npt.NDArray[np.bool_
     return labels
 
 
+def canonical_rows(labels: IntArray) -> IntArray:
+    """:func:`canonical_labels` of each row of (B, M) labels in [0, k), vectorised."""
+    b, m = labels.shape
+    if b == 0 or m == 0:
+        return labels.astype(np.int64)
+    k = int(labels.max()) + 1
+    hit = labels[:, None, :] == np.arange(k)[None, :, None]  # (B, k, M)
+    first = np.where(hit.any(axis=2), hit.argmax(axis=2), m)  # (B, k) first step of each id
+    rank = (first[:, None, :] < first[:, :, None]).sum(axis=2)  # (B, k) ids seen before it
+    return np.take_along_axis(rank, labels, axis=1).astype(np.int64)
+
+
 def kmeans_bucket(
     stack: Sequence[npt.NDArray[np.floating]], config: StructureRewardConfig
 ) -> IntArray:
@@ -202,27 +365,68 @@ def kmeans_bucket(
     B arrays of shape (M, dim) -> canonical labels (B, M). Embeddings need not be normalised:
     clustering always runs on unit vectors (SARL v2 §3.2). Deterministic for a given input and
     ``config.seed``; fewer distinct embeddings than k give as many clusters as distinct
-    embeddings.
+    embeddings. The ``kmeans_n_init`` restarts run as extra rows of one batch (best inertia
+    wins, the first of equal ones); the results are those of seeding the bucket's responses
+    together, one restart after another, from one generator.
     """
-    gram = unit_grams(stack)  # (B, M, M)
-    b, m = gram.shape[0], gram.shape[1]
-    if m <= 1:
+    b, m = len(stack), (stack[0].shape[0] if len(stack) else 0)
+    if m <= 1 or b == 0:
+        unit_grams(stack)  # validates rows
         return np.zeros((b, m), dtype=np.int64)
-    k = kmeans_k(m)
-    d2 = squared_distances(gram)
-    rng = np.random.default_rng(config.seed)
-    best = np.zeros((b, m), dtype=np.int64)
-    best_inertia = np.full(b, np.inf)
-    for _ in range(config.kmeans_n_init):
-        centers = _kmeans_pp(d2, k, rng)  # (B, k)
-        valid = centers >= 0
-        d_start = np.take_along_axis(d2, np.maximum(centers, 0)[:, None, :], axis=2)  # (B, M, k)
-        d_start[np.broadcast_to(~valid[:, None, :], d_start.shape)] = np.inf
-        labels, inertia = _lloyd(gram, np.argmin(d_start, axis=2), valid, config.kmeans_max_iter)
-        better = inertia < best_inertia - 1e-12
-        best[better] = labels[better]
-        best_inertia = np.where(better, inertia, best_inertia)
-    return np.stack([canonical_labels(row) for row in best]) if b else best
+    k, n_init = kmeans_k(m), config.kmeans_n_init
+    size = _chunk_size(m, k, n_init)
+    draws = _Draws(config.seed, m, k)
+    first, rounds = draws.draw(n_init)
+    settled = 0  # restarts before this one drew what a loop over restarts draws
+    while True:
+        labels = np.empty((b, m), dtype=np.int64)
+        used = np.zeros(n_init, dtype=np.int64)
+        for lo in range(0, b, size):
+            labels[lo : lo + size], chunk_used = _kmeans_chunk(
+                stack[lo : lo + size], k, first, rounds, config.kmeans_max_iter
+            )
+            np.maximum(used, chunk_used, out=used)
+        # A loop over restarts stops drawing for a restart once no response has a point left
+        # to add (fewer distinct points than k in every one): the next restarts then start
+        # earlier in the stream. Draw those again from there and redo the bucket (it takes a
+        # bucket made only of responses with repeated steps).
+        early = np.flatnonzero(used[settled:-1] < k - 1)
+        if early.size == 0:
+            return labels
+        r = settled + int(early[0])
+        settled = r + 1
+        draws.rewind(r, int(used[r]))
+        more = draws.draw(n_init - r - 1)
+        first = np.concatenate([first[: r + 1], more[0]])
+        rounds = np.concatenate([rounds[: r + 1], more[1]])
+
+
+def _kmeans_chunk(
+    stack: Sequence[npt.NDArray[np.floating]],
+    k: int,
+    first: IntArray,
+    draws: FloatMatrix,
+    max_iter: int,
+) -> tuple[IntArray, IntArray]:
+    """All restarts of B responses: canonical labels of the best (B, M), rounds of draws used
+    per restart (see :func:`_kmeans_pp`)."""
+    shape = (len(stack), stack[0].shape[0], stack[0].shape[0])
+    gram = _unit_grams(stack, _SCRATCH.take("gram", shape))
+    d2 = _squared_distances(gram, _SCRATCH.take("d2", shape), _SCRATCH.take("tmp", shape))
+    centers, used = _kmeans_pp(d2, k, first, draws)  # (R, B, k)
+    valid = centers >= 0
+    # d_start[r, b, i, c] = d2[b, i, centers[r, b, c]]: each point's distance to each centre.
+    d_start = np.take_along_axis(d2[None], np.maximum(centers, 0)[:, :, None, :], axis=3)
+    if not valid.all():
+        d_start[np.broadcast_to(~valid[:, :, None, :], d_start.shape)] = np.inf  # (R, B, M, k)
+    labels, inertia = _lloyd(gram, np.argmin(d_start, axis=3), valid, max_iter)
+    best = np.zeros(labels.shape[1:], dtype=np.int64)
+    best_inertia = np.full(labels.shape[1], np.inf)
+    for r in range(labels.shape[0]):
+        better = inertia[r] < best_inertia - 1e-12
+        best[better] = labels[r][better]
+        best_inertia = np.where(better, inertia[r], best_inertia)
+    return canonical_rows(best), used
 
 
 def kmeans_labels(embeddings: npt.ArrayLike, config: StructureRewardConfig) -> IntArray:

@@ -14,6 +14,7 @@ Public entry points, called by the CLI, the adapters (TRL, verl) and later the r
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
@@ -28,7 +29,13 @@ from sarl.embedding.base import Embedder, EmbeddingError
 from sarl.parent_death import ParentBoundProcessPool
 from sarl.rewards.structure.clustering import cluster_steps, kmeans_bucket
 from sarl.rewards.structure.config import StructureRewardConfig
-from sarl.rewards.structure.graph import average_path_length, build_map, clustering_coefficient
+from sarl.rewards.structure.graph import (
+    average_path_length,
+    build_map,
+    build_maps,
+    clustering_coefficient,
+    map_statistics,
+)
 from sarl.rewards.structure.result import StructureResult
 from sarl.rewards.structure.score import structure_reward
 from sarl.rewards.structure.segmentation import Steps, extract_steps
@@ -92,23 +99,62 @@ def score_embeddings_batch(
     """Score many responses from their step embeddings, in input order.
 
     KMeans runs vectorised over all responses with the same step count (one bucket = one set of
-    stacked numpy calls), which removes the per-call overhead that dominates at ~60 steps. Labels
-    equal those of :func:`score_embeddings` for each response alone.
+    stacked numpy calls), which removes the per-call overhead that dominates at ~60 steps, and so
+    do their maps and statistics (:func:`score_walks`). Results equal those of
+    :func:`score_embeddings` for each response alone.
     """
     cfg = config or StructureRewardConfig()
     arrays = [np.asarray(e) for e in embeddings]
     flags = list(truncated) if truncated is not None else [False] * len(arrays)
-    labels: list[npt.NDArray[np.int64] | None] = [None] * len(arrays)
-    if cfg.clustering == "kmeans":
-        for idx, stack in _buckets(arrays):
-            for i, row in zip(idx, kmeans_bucket(stack, cfg), strict=True):
-                labels[i] = row
-    else:
-        labels = [cluster_steps(a, cfg) if a.shape[0] else None for a in arrays]
+    if cfg.clustering != "kmeans":
+        return [
+            score_labels(cluster_steps(a, cfg).tolist() if a.shape[0] else [], cfg, truncated=t)
+            for a, t in zip(arrays, flags, strict=True)
+        ]
+    results: list[StructureResult | None] = [None] * len(arrays)
+    for idx, stack in _buckets(arrays):
+        walks = kmeans_bucket(stack, cfg)  # canonical: each row is its map's walk
+        scored = score_walks(walks, cfg, truncated=[flags[i] for i in idx])
+        for i, result in zip(idx, scored, strict=True):
+            results[i] = result
     return [
-        score_labels(lab.tolist() if lab is not None else [], cfg, truncated=t)
-        for lab, t in zip(labels, flags, strict=True)
+        r if r is not None else score_labels([], cfg, truncated=t)
+        for r, t in zip(results, flags, strict=True)
     ]
+
+
+def score_walks(
+    walks: npt.NDArray[np.int64],
+    config: StructureRewardConfig,
+    *,
+    truncated: Sequence[bool],
+) -> list[StructureResult]:
+    """:func:`score_labels` of each row of (B, M) canonical labels (M >= 1), vectorised over
+    the rows: equal results, bit for bit (the equality is tested)."""
+    graphs = build_maps(walks)
+    clustering, path = map_statistics(walks)
+    out = []
+    for graph, c, p, t in zip(graphs, clustering.tolist(), path.tolist(), truncated, strict=True):
+        length = None if math.isnan(p) else p
+        score = structure_reward(
+            c,
+            length,
+            num_nodes=graph.num_nodes,
+            variant=config.variant,
+            degenerate_score=config.degenerate_score,
+        )
+        out.append(
+            StructureResult(
+                score=score,
+                clustering=c,
+                path_length=length,
+                num_steps=len(graph.walk),
+                labels=graph.walk,
+                graph=graph,
+                truncated=t,
+            )
+        )
+    return out
 
 
 def _buckets(
