@@ -23,53 +23,23 @@ Run with ``pytest -m e2e tests/e2e``. Everything the test creates is deleted at 
 
 from __future__ import annotations
 
-import contextlib
-import os
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from tests.e2e.kube import TIMEOUT_S, fresh_name, gone, poll
+from tests.e2e.kube import get as _child
+
 pytestmark = pytest.mark.e2e
-
-T = TypeVar("T")
-TIMEOUT_S = 180.0
-
-
-def _poll(what: str, fn: Callable[[], T | None], timeout: float = TIMEOUT_S) -> T:
-    """``fn()`` until it returns something other than None/False, else fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = fn()
-        if out is not None and out is not False:
-            return out
-        time.sleep(2)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-
-
-@pytest.fixture
-def namespace() -> str:
-    return os.environ.get("SARL_E2E_NAMESPACE", "default")
-
-
-@pytest.fixture
-def cluster(namespace: str) -> Any:
-    from sarl.cluster import ClusterClient
-
-    return ClusterClient(namespace=namespace)
 
 
 @pytest.fixture
 def name(cluster: Any) -> Iterator[str]:
     from sarl.cluster import ExperimentNotFound
 
-    exp_name = f"e2e-{uuid.uuid4().hex[:6]}"
-    yield exp_name
-    with contextlib.suppress(ExperimentNotFound):  # already deleted by the test
-        cluster.delete(exp_name)
+    yield from fresh_name(cluster.delete, ExperimentNotFound)
 
 
 def _tiny(name: str) -> dict[str, Any]:
@@ -82,21 +52,6 @@ def _tiny(name: str) -> dict[str, Any]:
             "resources": {"nodes": 1, "gpus_per_node": 0, "cpu": "500m", "memory": "1Gi"},
         },
     }
-
-
-def _child(api: Any, api_version: str, kind: str, namespace: str, child: str) -> Any:
-    from kubernetes import dynamic
-    from kubernetes.dynamic.exceptions import NotFoundError
-
-    res = dynamic.DynamicClient(api).resources.get(api_version=api_version, kind=kind)
-    try:
-        return res.get(name=child, namespace=namespace).to_dict()
-    except NotFoundError:
-        return None
-
-
-def _gone(api: Any, api_version: str, kind: str, namespace: str, child: str) -> bool:
-    return _child(api, api_version, kind, namespace, child) is None
 
 
 def test_submit_children_status_and_garbage_collection(
@@ -113,11 +68,11 @@ def test_submit_children_status_and_garbage_collection(
 
     children = [("v1", "ConfigMap", f"{name}-config"), ("kubeflow.org/v1", "PyTorchJob", name)]
     for api_version, kind, child in children:
-        obj = _poll(f"{kind} {child}", partial(_child, api, api_version, kind, namespace, child))
+        obj = poll(f"{kind} {child}", partial(_child, api, api_version, kind, namespace, child))
         owners = obj["metadata"].get("ownerReferences") or []
         assert [(o["kind"], o["uid"]) for o in owners] == [("Experiment", info.uid)]
 
-    phase = _poll("a phase", lambda: cluster.get(name).phase or None)
+    phase = poll("a phase", lambda: cluster.get(name).phase or None)
     assert phase in {"Pending", "Running", "Succeeded", "Failed"}
 
     shown = CliRunner().invoke(app, ["status", "-n", namespace])
@@ -127,7 +82,7 @@ def test_submit_children_status_and_garbage_collection(
 
     cluster.delete(name, wait=True, timeout=TIMEOUT_S)
     for api_version, kind, child in children:
-        _poll(
+        poll(
             f"{kind} {child} to be garbage-collected",
-            partial(_gone, api, api_version, kind, namespace, child),
+            partial(gone, api, api_version, kind, namespace, child),
         )

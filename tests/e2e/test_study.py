@@ -16,53 +16,23 @@ charts/sarl-platform``: both CRDs and the operator), ``SARL_E2E_NAMESPACE`` (def
 
 from __future__ import annotations
 
-import contextlib
-import os
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from tests.e2e.kube import TIMEOUT_S, fresh_name, gone, poll
+from tests.e2e.kube import get as _get
+
 pytestmark = pytest.mark.e2e
-
-T = TypeVar("T")
-TIMEOUT_S = 180.0
-
-
-def _poll(what: str, fn: Callable[[], T | None], timeout: float = TIMEOUT_S) -> T:
-    """``fn()`` until it returns something other than None/False, else fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = fn()
-        if out is not None and out is not False:
-            return out
-        time.sleep(2)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-
-
-@pytest.fixture
-def namespace() -> str:
-    return os.environ.get("SARL_E2E_NAMESPACE", "default")
-
-
-@pytest.fixture
-def cluster(namespace: str) -> Any:
-    from sarl.cluster import ClusterClient
-
-    return ClusterClient(namespace=namespace)
 
 
 @pytest.fixture
 def name(cluster: Any) -> Iterator[str]:
     from sarl.cluster import StudyNotFound
 
-    study_name = f"e2e-{uuid.uuid4().hex[:6]}"
-    yield study_name
-    with contextlib.suppress(StudyNotFound):  # already deleted by the test
-        cluster.delete_study(study_name)
+    yield from fresh_name(cluster.delete_study, StudyNotFound)
 
 
 def _tiny_study(name: str) -> dict[str, Any]:
@@ -85,21 +55,6 @@ def _tiny_study(name: str) -> dict[str, Any]:
     }
 
 
-def _get(api: Any, api_version: str, kind: str, namespace: str, obj_name: str) -> Any:
-    from kubernetes import dynamic
-    from kubernetes.dynamic.exceptions import NotFoundError
-
-    res = dynamic.DynamicClient(api).resources.get(api_version=api_version, kind=kind)
-    try:
-        return res.get(name=obj_name, namespace=namespace).to_dict()
-    except NotFoundError:
-        return None
-
-
-def _gone(api: Any, api_version: str, kind: str, namespace: str, obj_name: str) -> bool:
-    return _get(api, api_version, kind, namespace, obj_name) is None
-
-
 def test_study_runs_are_owned_counted_and_garbage_collected(
     cluster: Any, name: str, namespace: str
 ) -> None:
@@ -113,19 +68,19 @@ def test_study_runs_are_owned_counted_and_garbage_collected(
     assert info.uid and info.namespace == namespace
 
     first = f"{name}-low-s0"
-    exp = _poll(
+    exp = poll(
         f"Experiment {first}",
         partial(_get, api, "sarl.dev/v1alpha1", "Experiment", namespace, first),
     )
     owners = exp["metadata"].get("ownerReferences") or []
     assert [(o["kind"], o["uid"], o["controller"]) for o in owners] == [("Study", info.uid, True)]
     assert exp["spec"]["tracking"]["tags"]["sarl.study"] == name
-    job = _poll(
+    job = poll(
         f"PyTorchJob {first}", partial(_get, api, "kubeflow.org/v1", "PyTorchJob", namespace, first)
     )
     assert job["metadata"]["ownerReferences"][0]["kind"] == "Experiment"
 
-    status = _poll("the Study's counts", lambda: cluster.get_study(name).status.total or None)
+    status = poll("the Study's counts", lambda: cluster.get_study(name).status.total or None)
     assert status == 2
     # parallelism 1: the second run waits for the first, which this test never finishes.
     assert _get(api, "sarl.dev/v1alpha1", "Experiment", namespace, f"{name}-high-s0") is None
@@ -140,7 +95,7 @@ def test_study_runs_are_owned_counted_and_garbage_collected(
         ("v1", "ConfigMap", f"{name}-config"),
         ("kubeflow.org/v1", "PyTorchJob", first),
     ]:
-        _poll(
+        poll(
             f"{kind} {child} to be garbage-collected",
-            partial(_gone, api, api_version, kind, namespace, child),
+            partial(gone, api, api_version, kind, namespace, child),
         )

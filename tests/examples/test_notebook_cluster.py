@@ -44,7 +44,8 @@ from kubernetes import config
 
 from tests.examples.notebooks import NOTEBOOKS, execute, outputs_text
 from tests.jobs.pytorchjob_emulator import Replica, replica_envs
-from tests.operators.test_operator import Operator, kserve_standin
+from tests.operators.operator_process import Operator
+from tests.operators.test_operator import kserve_standin
 from tests.sarl.cluster.study_server import WITH_STUDIES
 from tests.support.kube_server import (
     CONFIGMAPS,

@@ -15,23 +15,26 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 pytest.importorskip("kmock")
-from kubernetes import config, dynamic
+from kubernetes import dynamic
 
 from tests.operators.cases import example_doc
+from tests.operators.operator_process import (
+    Operator,
+    client_for,
+    condition,
+    create,
+    merge,
+    running_operator,
+    wait_for,
+)
 from tests.support.kube_server import (
     CONFIGMAPS,
     EVENTS,
@@ -45,51 +48,6 @@ from tests.support.kube_server import (
 from tests.support.mlflow_server import free_port
 
 NAMESPACE = "team-a"
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 180.0) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` on timeout (180 s:
-    a loaded 2-core machine runs the operator, kmock and MLflow at once, and 60 s was seen to
-    run out there with the operator still working; a passing wait returns at once)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = probe()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-@dataclass
-class Operator:
-    """The operator subprocess (its log in ``log_path``), restartable."""
-
-    env: dict[str, str]
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        command = [sys.executable, "-m", "kopf", "run", "-A", "--standalone"]
-        command += ["-m", "sarl_operator.handlers"]
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)  # its own session: only this operator
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(5)
-        self.process = None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +60,7 @@ def server() -> Iterator[KubeServer]:
 def operator(
     server: KubeServer, mlflow_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    tmp = tmp_path_factory.mktemp("operator")
     env = {
-        **os.environ,
-        "KUBECONFIG": str(server.kubeconfig(tmp / "kubeconfig", NAMESPACE)),
         "SARL_MLFLOW_TRACKING_URI": mlflow_server.url,
         "SARL_MLFLOW_UI_URL": "https://mlflow.example.com",
         "SARL_STATUS_INTERVAL_S": "1",
@@ -113,10 +68,8 @@ def operator(
         "SARL_TRAINER_IMAGE": "ghcr.io/sarl-dev/sarl-verl:test",
         "SARL_S3_BUCKET": "sarl",
     }
-    op = Operator(env=env, log_path=tmp / "operator.log")
-    op.start()
-    yield op
-    op.stop()
+    with running_operator(server, NAMESPACE, tmp_path_factory.mktemp("operator"), env) as op:
+        yield op
 
 
 @contextlib.contextmanager
@@ -151,8 +104,7 @@ def kserve(server: KubeServer) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def kube(server: KubeServer, tmp_path_factory: pytest.TempPathFactory) -> dynamic.DynamicClient:
-    path = server.kubeconfig(tmp_path_factory.mktemp("client") / "kubeconfig", NAMESPACE)
-    return dynamic.DynamicClient(config.new_client_from_config(config_file=str(path)))
+    return client_for(server, NAMESPACE, tmp_path_factory)
 
 
 def _resource(kube: dynamic.DynamicClient, api_version: str, kind: str) -> Any:
@@ -176,14 +128,11 @@ def _doc(name: str) -> dict[str, Any]:
 
 
 def _create(kube: dynamic.DynamicClient, doc: dict[str, Any]) -> dict[str, Any]:
-    made = _resource(kube, "sarl.dev/v1alpha1", "Experiment").create(body=doc, namespace=NAMESPACE)
-    return dict(made.to_dict())
+    return create(kube, NAMESPACE, "Experiment", doc)
 
 
 def _merge(kube: dynamic.DynamicClient, api_version: str, kind: str, name: str, body: Any) -> None:
-    _resource(kube, api_version, kind).patch(
-        body=body, name=name, namespace=NAMESPACE, content_type="application/merge-patch+json"
-    )
+    merge(kube, NAMESPACE, api_version, kind, name, body)
 
 
 def _status(server: KubeServer, name: str) -> dict[str, Any]:
@@ -191,10 +140,7 @@ def _status(server: KubeServer, name: str) -> dict[str, Any]:
 
 
 def _condition(server: KubeServer, name: str, type_: str) -> dict[str, Any] | None:
-    for cond in _status(server, name).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
+    return condition(_status(server, name), type_)
 
 
 def _events(server: KubeServer, name: str) -> list[str]:

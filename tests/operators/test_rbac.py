@@ -31,8 +31,8 @@ pytest.importorskip("kmock")
 from kubernetes import config, dynamic
 
 from tests.charts.rendering import NAMESPACE, PLATFORM, Case, objects, objects_of_kind
+from tests.operators.operator_process import Operator, wait_for
 from tests.operators.study_cases import small_doc
-from tests.operators.test_operator import Operator, wait_for
 from tests.operators.test_operator import _doc as experiment_doc
 from tests.rbac import (
     Call,

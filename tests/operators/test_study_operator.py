@@ -26,10 +26,18 @@ from typing import Any
 import pytest
 
 pytest.importorskip("kmock")
-from kubernetes import config, dynamic
+from kubernetes import dynamic
 
+from tests.operators.operator_process import (
+    Operator,
+    client_for,
+    condition,
+    create,
+    merge,
+    running_operator,
+    wait_for,
+)
 from tests.operators.study_cases import small_doc
-from tests.operators.test_operator import Operator, wait_for
 from tests.support.kube_server import (
     CONFIGMAPS,
     EVENTS,
@@ -58,26 +66,20 @@ def server() -> Iterator[KubeServer]:
 def operator(
     server: KubeServer, mlflow_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    tmp = tmp_path_factory.mktemp("study-operator")
     env = {
-        **os.environ,
-        "KUBECONFIG": str(server.kubeconfig(tmp / "kubeconfig", NAMESPACE)),
         "SARL_MLFLOW_TRACKING_URI": mlflow_server.url,
         "SARL_MLFLOW_UI_URL": "https://mlflow.example.com",
         "SARL_STATUS_INTERVAL_S": "1",
         "SARL_TRAINER_IMAGE": "ghcr.io/sarl-dev/sarl-verl:test",
         "SARL_S3_BUCKET": "sarl",
     }
-    op = Operator(env=env, log_path=tmp / "operator.log")
-    op.start()
-    yield op
-    op.stop()
+    with running_operator(server, NAMESPACE, tmp_path_factory.mktemp("study-operator"), env) as op:
+        yield op
 
 
 @pytest.fixture(scope="module")
 def kube(server: KubeServer, tmp_path_factory: pytest.TempPathFactory) -> dynamic.DynamicClient:
-    path = server.kubeconfig(tmp_path_factory.mktemp("client") / "kubeconfig", NAMESPACE)
-    return dynamic.DynamicClient(config.new_client_from_config(config_file=str(path)))
+    return client_for(server, NAMESPACE, tmp_path_factory)
 
 
 def _resource(kube: dynamic.DynamicClient, api_version: str, kind: str) -> Any:
@@ -85,14 +87,11 @@ def _resource(kube: dynamic.DynamicClient, api_version: str, kind: str) -> Any:
 
 
 def _create(kube: dynamic.DynamicClient, doc: dict[str, Any]) -> dict[str, Any]:
-    made = _resource(kube, "sarl.dev/v1alpha1", "Study").create(body=doc, namespace=NAMESPACE)
-    return dict(made.to_dict())
+    return create(kube, NAMESPACE, "Study", doc)
 
 
 def _merge(kube: dynamic.DynamicClient, api_version: str, kind: str, name: str, body: Any) -> None:
-    _resource(kube, api_version, kind).patch(
-        body=body, name=name, namespace=NAMESPACE, content_type="application/merge-patch+json"
-    )
+    merge(kube, NAMESPACE, api_version, kind, name, body)
 
 
 def _status(server: KubeServer, name: str) -> dict[str, Any]:
@@ -100,10 +99,7 @@ def _status(server: KubeServer, name: str) -> dict[str, Any]:
 
 
 def _condition(server: KubeServer, name: str, type_: str) -> dict[str, Any]:
-    for cond in _status(server, name).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
+    return condition(_status(server, name), type_) or {}
 
 
 def _runs(server: KubeServer, study: str) -> dict[str, dict[str, Any]]:

@@ -27,9 +27,9 @@ from typer.testing import CliRunner
 
 from sarl.cli.main import app
 from tests.jobs.trainjob_emulator.sarl import chart_runtime
+from tests.operators.operator_process import Operator, wait_for
 from tests.operators.standins import QUEUE_LABEL, WORKLOADS, Kueue, TrainerV2, running
 from tests.operators.study_cases import small_doc
-from tests.operators.test_operator import Operator, wait_for
 from tests.support.kube_server import (
     CLUSTER_TRAINING_RUNTIMES,
     EXPERIMENTS,

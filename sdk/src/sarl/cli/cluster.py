@@ -2,6 +2,7 @@
 
 Registered by ``sarl.cli.main``; each command is a thin wrapper over
 :class:`sarl.cluster.ClusterClient` (``kubernetes`` is imported only when a command runs).
+What ``status`` prints is drawn by :mod:`sarl.cli.cluster_views`.
 Every command takes ``--kubeconfig``/``--context`` and ``-n/--namespace`` (default: the
 context's namespace). Exit codes: 0 ok; 1 cluster or API error, or the Experiment (Study) ended
 ``Failed`` (``wait``, ``submit --wait``), one ``error:`` line on stderr; 2 invalid spec or usage.
@@ -19,15 +20,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from sarl.cli.cluster_views import details, study_details, study_table, table
 from sarl.cli.options import SetOpt, fail
 
 if TYPE_CHECKING:
     from sarl.cluster.client import ClusterClient
     from sarl.cluster.models import ExperimentInfo, StudyInfo
+
+
+Info = TypeVar("Info")
 
 
 class Replica(StrEnum):
@@ -202,6 +207,21 @@ def _wait_and_report(
     typer.echo(f"{kind.value} {name} {info.status.summary()}")
 
 
+def _create_or_replace(
+    create: Callable[[], Info], replace_it: Callable[[], Info], replace: bool
+) -> tuple[Info, str]:
+    """``create()``; a name taken → ``AlreadyExists``, or with ``replace`` ``replace_it()``.
+    Returns the Info and what was done (``created``/``replaced``)."""
+    from sarl.cluster.errors import AlreadyExists
+
+    try:
+        return create(), "created"
+    except AlreadyExists:
+        if not replace:
+            raise
+        return replace_it(), "replaced"
+
+
 def _submit_study(
     path: Path | dict[str, Any],
     namespace: str | None,
@@ -213,16 +233,14 @@ def _submit_study(
     context: str | None,
 ) -> None:
     from sarl.cluster.documents import load_study_for_cluster
-    from sarl.cluster.errors import AlreadyExists
 
     study, _ = load_study_for_cluster(path)  # invalid → exit 2 before any connection
     client = _client(kubeconfig, context, namespace)
-    try:
-        info, action = client.submit_study(study, namespace=namespace), "created"
-    except AlreadyExists:
-        if not replace:
-            raise
-        info, action = client.replace_study(study, namespace=namespace), "replaced"
+    info, action = _create_or_replace(
+        lambda: client.submit_study(study, namespace=namespace),
+        lambda: client.replace_study(study, namespace=namespace),
+        replace,
+    )
     spec = study.spec
     at_once = f"at most {spec.parallelism} at once" if spec.parallelism else "all at once"
     typer.echo(
@@ -261,7 +279,6 @@ def submit_command(
 ) -> None:
     """Validate an Experiment (or a Study: every arm x seed) and create it on the cluster."""
     from sarl.cluster.documents import load_for_cluster
-    from sarl.cluster.errors import AlreadyExists
     from sarl.spec.overrides import load_with_sets
     from sarl.spec.study import is_study_document
 
@@ -275,12 +292,11 @@ def submit_command(
             return
         exp, _ = load_for_cluster(source)  # invalid → exit 2 before any connection
         client = _client(kubeconfig, context, namespace)
-        try:
-            info, action = client.submit(exp, namespace=namespace), "created"
-        except AlreadyExists:
-            if not replace:
-                raise
-            info, action = client.replace(exp, namespace=namespace), "replaced"
+        info, action = _create_or_replace(
+            lambda: client.submit(exp, namespace=namespace),
+            lambda: client.replace(exp, namespace=namespace),
+            replace,
+        )
         typer.echo(f"experiment {info.name} {action} in namespace {info.namespace}")
         if wait:
             _wait_and_report(client, info.name, info.namespace, None, timeout, interval)
@@ -451,142 +467,3 @@ def wait_command(
             kind = _kind_of(_find(client, name, namespace, kind))
         ns = namespace or client.namespace
         _wait_and_report(client, name, ns, until, timeout, interval, kind=kind)
-
-
-# ---- rendering (plain text, aligned like kubectl, safe to grep) ----
-
-
-def _cell(value: object) -> str:
-    if value is None or value == "":
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _aligned(head: list[str], rows: list[list[str]], indent: str = "") -> str:
-    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
-    return "\n".join(
-        indent + "   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [head, *rows]
-    )
-
-
-def table(infos: list[ExperimentInfo], *, with_namespace: bool = False) -> str:
-    """``NAME PHASE STEP REWARD MLFLOW AGE`` (``NAMESPACE`` first with ``-A``)."""
-    head = ["NAME", "PHASE", "STEP", "REWARD", "MLFLOW", "AGE"]
-    rows = [
-        [
-            i.name,
-            _cell(i.phase),
-            _cell(i.status.last_step),
-            _cell(i.status.last_reward),
-            _cell(i.status.mlflow_run_url),
-            i.age(),
-        ]
-        for i in infos
-    ]
-    if with_namespace:
-        head = ["NAMESPACE", *head]
-        rows = [[i.namespace, *row] for i, row in zip(infos, rows, strict=True)]
-    return _aligned(head, rows)
-
-
-def study_table(infos: list[StudyInfo], *, with_namespace: bool = False) -> str:
-    """``NAME PHASE TOTAL PENDING RUNNING SUCCEEDED FAILED MLFLOW AGE`` (the CRD's columns)."""
-    head = ["NAME", "PHASE", "TOTAL", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "MLFLOW", "AGE"]
-    rows = [
-        [
-            i.name,
-            _cell(i.phase),
-            _cell(i.status.total),
-            _cell(i.status.pending),
-            _cell(i.status.running),
-            _cell(i.status.succeeded),
-            _cell(i.status.failed),
-            _cell(i.status.mlflow_run_url),
-            i.age(),
-        ]
-        for i in infos
-    ]
-    if with_namespace:
-        head = ["NAMESPACE", *head]
-        rows = [[i.namespace, *row] for i, row in zip(infos, rows, strict=True)]
-    return _aligned(head, rows)
-
-
-def details(info: ExperimentInfo) -> str:
-    """A ``kubectl describe``-like view of one Experiment, conditions included."""
-    st = info.status
-    fields = [
-        ("Name", info.name),
-        ("Namespace", info.namespace),
-        ("Phase", _cell(st.phase)),
-        ("Step", _cell(st.last_step)),
-        ("Reward", _cell(st.last_reward)),
-        ("MLflow run", _cell(st.mlflow_run_url)),
-        ("MLflow run id", _cell(st.mlflow_run_id)),
-        ("Checkpoint", _cell(st.checkpoint_uri)),
-        ("Generation", f"{_cell(info.generation)} (observed {_cell(st.observed_generation)})"),
-        ("Age", info.age()),
-    ]
-    out = [f"{k + ':':15}{v}" for k, v in fields]
-    out += _conditions(st.conditions)
-    return "\n".join(out)
-
-
-def _conditions(conditions: tuple[Any, ...]) -> list[str]:
-    out = ["Conditions:" if conditions else "Conditions:    -"]
-    for c in conditions:
-        reason = f" {c.reason}" if c.reason else ""
-        message = f": {c.message}" if c.message else ""
-        out.append(f"  {c.type}={c.status}{reason}{message}")
-    return out
-
-
-def study_details(info: StudyInfo, runs: list[ExperimentInfo]) -> str:
-    """A ``kubectl describe``-like view of one Study: its runs by phase, the MLflow parent run,
-    the report, conditions, and each arm x seed Experiment."""
-    st, spec = info.status, info.spec
-    arms = [str(a.get("name")) for a in spec.get("arms") or [] if isinstance(a, dict)]
-    seeds = [str(s) for s in spec.get("seeds") or []]
-    counts = "-"
-    if st.total is not None:
-        counts = (
-            f"{st.total} total: {st.pending or 0} pending, {st.running or 0} running, "
-            f"{st.succeeded or 0} succeeded, {st.failed or 0} failed"
-        )
-    fields = [
-        ("Name", info.name),
-        ("Namespace", info.namespace),
-        ("Phase", _cell(st.phase)),
-        ("Runs", counts),
-        ("Arms", ", ".join(arms) or "-"),
-        ("Seeds", ", ".join(seeds) or "-"),
-        ("Reference", _cell(spec.get("reference") or (arms[0] if arms else ""))),
-        ("Parallelism", _cell(spec.get("parallelism") or "all")),
-        ("MLflow run", _cell(st.mlflow_run_url)),
-        ("MLflow run id", _cell(st.mlflow_parent_run_id)),
-        ("Report", _cell(st.report_uri)),
-        ("Generation", f"{_cell(info.generation)} (observed {_cell(st.observed_generation)})"),
-        ("Age", info.age()),
-    ]
-    out = [f"{k + ':':15}{v}" for k, v in fields]
-    out += _conditions(st.conditions)
-    if not runs:
-        out.append("Experiments:   -")
-        return "\n".join(out)
-    out.append("Experiments:")
-    rows = [
-        [
-            r.name,
-            r.labels.get("sarl.dev/arm", "-"),
-            r.labels.get("sarl.dev/seed", "-"),
-            _cell(r.phase),
-            _cell(r.status.last_step),
-            _cell(r.status.last_reward),
-        ]
-        for r in runs
-    ]
-    out.append(_aligned(["NAME", "ARM", "SEED", "PHASE", "STEP", "REWARD"], rows, indent="  "))
-    return "\n".join(out)

@@ -28,7 +28,7 @@ This class is the public face; the work is done by one module per concern:
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final, overload
 
@@ -47,7 +47,7 @@ from sarl.cluster.documents import (
 from sarl.cluster.errors import AlreadyExists
 from sarl.cluster.models import ExperimentInfo, ExperimentStatus, StudyInfo
 from sarl.cluster.resources import GROUP, PLURAL, STUDY_PLURAL, VERSION, CustomObjects
-from sarl.cluster.waiting import OnPoll, OnStudyPoll, wait_for_phase, wanted_phases
+from sarl.cluster.waiting import Info, OnPoll, OnStudyPoll, wait_for_phase, wanted_phases
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError
 from sarl.spec.study import LABEL_STUDY, Study
@@ -192,9 +192,7 @@ class ClusterClient:
         self, *, namespace: str | None = None, all_namespaces: bool = False
     ) -> builtins.list[ExperimentInfo]:
         """Experiments in ``namespace`` (or in every namespace), sorted by namespace and name."""
-        ns = None if all_namespaces else self._ns(namespace)
-        infos = [ExperimentInfo.from_object(item) for item in self._objects.items(ns, PLURAL)]
-        return sorted(infos, key=lambda i: (i.namespace, i.name))
+        return self._list(ExperimentInfo, PLURAL, namespace, all_namespaces)
 
     def wait(
         self,
@@ -209,15 +207,8 @@ class ClusterClient:
         """Poll until the phase is in ``until`` (default ``Succeeded``/``Failed``); returns
         that ExperimentInfo. Ending in another terminal phase → ``ClusterError``; ``timeout``
         seconds passing → ``WaitTimeout`` (the Experiment is left running)."""
-        wanted = wanted_phases(until)
-        ns = self._ns(namespace)
-        return wait_for_phase(
-            lambda: self.get(name, namespace=ns),
-            f"experiment {name} in namespace {ns}",
-            wanted,
-            timeout=timeout,
-            poll_interval=poll_interval,
-            on_poll=on_poll,
+        return self._wait(
+            "experiment", self.get, name, namespace, until, timeout, poll_interval, on_poll
         )
 
     def delete(
@@ -271,9 +262,7 @@ class ClusterClient:
         self, *, namespace: str | None = None, all_namespaces: bool = False
     ) -> builtins.list[StudyInfo]:
         """Studies in ``namespace`` (or in every namespace), sorted by namespace and name."""
-        ns = None if all_namespaces else self._ns(namespace)
-        infos = [StudyInfo.from_object(item) for item in self._objects.items(ns, STUDY_PLURAL)]
-        return sorted(infos, key=lambda i: (i.namespace, i.name))
+        return self._list(StudyInfo, STUDY_PLURAL, namespace, all_namespaces)
 
     def study_runs(
         self, name: str, *, namespace: str | None = None
@@ -298,15 +287,8 @@ class ClusterClient:
     ) -> StudyInfo:
         """Poll until the Study's phase is in ``until`` (default ``Succeeded``/``Failed``),
         like :meth:`wait`."""
-        wanted = wanted_phases(until)
-        ns = self._ns(namespace)
-        return wait_for_phase(
-            lambda: self.get_study(name, namespace=ns),
-            f"study {name} in namespace {ns}",
-            wanted,
-            timeout=timeout,
-            poll_interval=poll_interval,
-            on_poll=on_poll,
+        return self._wait(
+            "study", self.get_study, name, namespace, until, timeout, poll_interval, on_poll
         )
 
     def delete_study(
@@ -369,6 +351,37 @@ class ClusterClient:
 
     def _ns(self, namespace: str | None) -> str:
         return namespace or self._conn.namespace
+
+    def _list(
+        self, info: type[Info], plural: str, namespace: str | None, all_namespaces: bool
+    ) -> builtins.list[Info]:
+        """``list`` and ``list_studies``: the objects of ``plural`` as ``info``, sorted."""
+        ns = None if all_namespaces else self._ns(namespace)
+        infos = [info.from_object(item) for item in self._objects.items(ns, plural)]
+        return sorted(infos, key=lambda i: (i.namespace, i.name))
+
+    def _wait(
+        self,
+        noun: str,
+        get: Callable[..., Info],
+        name: str,
+        namespace: str | None,
+        until: str | Iterable[str] | None,
+        timeout: float,
+        poll_interval: float,
+        on_poll: Callable[[Info], None] | None,
+    ) -> Info:
+        """``wait`` and ``wait_study``: poll ``get(name)`` until the phase is in ``until``."""
+        wanted = wanted_phases(until)
+        ns = self._ns(namespace)
+        return wait_for_phase(
+            lambda: get(name, namespace=ns),
+            f"{noun} {name} in namespace {ns}",
+            wanted,
+            timeout=timeout,
+            poll_interval=poll_interval,
+            on_poll=on_poll,
+        )
 
     def _submit_namespace(self, exp: Experiment | Study, namespace: str | None) -> str:
         """``namespace`` > ``metadata.namespace`` > the client's; a conflict is an error (as

@@ -39,8 +39,28 @@ class Condition:
         )
 
 
+class _PhaseAndConditions:
+    """What every kind's status offers on top of its fields (``phase``, ``conditions``)."""
+
+    phase: str
+    conditions: tuple[Condition, ...]
+
+    @property
+    def done(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    def failure_message(self) -> str:
+        """The message of the first ``False``/failed condition that has one, else ``""``."""
+        return failure_message(self.conditions)
+
+
+def _conditions(doc: Mapping[str, Any]) -> tuple[Condition, ...]:
+    """``status.conditions`` of a custom object, entries that are not mappings skipped."""
+    return tuple(Condition.from_dict(c) for c in doc.get("conditions") or () if isinstance(c, dict))
+
+
 @dataclass(frozen=True)
-class ExperimentStatus:
+class ExperimentStatus(_PhaseAndConditions):
     """``status`` of an Experiment; ``phase`` is ``""`` until the operator has seen it."""
 
     phase: str = ""
@@ -68,18 +88,8 @@ class ExperimentStatus:
             mlflow_run_id=str(doc.get("mlflowRunId") or ""),
             checkpoint_uri=str(doc.get("checkpointUri") or ""),
             observed_generation=int(gen) if gen is not None else None,
-            conditions=tuple(
-                Condition.from_dict(c) for c in doc.get("conditions") or () if isinstance(c, dict)
-            ),
+            conditions=_conditions(doc),
         )
-
-    @property
-    def done(self) -> bool:
-        return self.phase in TERMINAL_PHASES
-
-    def failure_message(self) -> str:
-        """The message of the first ``False``/failed condition that has one, else ``""``."""
-        return failure_message(self.conditions)
 
     def summary(self) -> str:
         """``Running, step 12, reward 0.4100`` (what the wait status line shows)."""
@@ -92,8 +102,8 @@ class ExperimentStatus:
 
 
 @dataclass(frozen=True)
-class ExperimentInfo:
-    """An Experiment on the cluster: identity, the stored ``spec`` (as JSON) and its status."""
+class _Identity:
+    """What every kind's Info holds from the custom object's ``metadata`` and ``spec``."""
 
     name: str
     namespace: str
@@ -102,6 +112,16 @@ class ExperimentInfo:
     created: dt.datetime | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     spec: Mapping[str, Any] = field(default_factory=dict)
+
+    def age(self, now: dt.datetime | None = None) -> str:
+        """Age like ``kubectl get``: ``42s``, ``5m``, ``3h``, ``2d``; ``<unknown>`` if unset."""
+        return age(self.created, now)
+
+
+@dataclass(frozen=True)
+class ExperimentInfo(_Identity):
+    """An Experiment on the cluster: identity, the stored ``spec`` (as JSON) and its status."""
+
     status: ExperimentStatus = field(default_factory=ExperimentStatus)
 
     @classmethod
@@ -113,17 +133,13 @@ class ExperimentInfo:
     def phase(self) -> str:
         return self.status.phase
 
-    def age(self, now: dt.datetime | None = None) -> str:
-        """Age like ``kubectl get``: ``42s``, ``5m``, ``3h``, ``2d``; ``<unknown>`` if unset."""
-        return age(self.created, now)
-
 
 def _count(value: Any) -> int | None:
     return int(value) if value is not None else None
 
 
 @dataclass(frozen=True)
-class StudyStatus:
+class StudyStatus(_PhaseAndConditions):
     """``status`` of a Study: its runs by phase, the MLflow parent run, the report."""
 
     phase: str = ""
@@ -152,18 +168,8 @@ class StudyStatus:
             mlflow_run_url=str(doc.get("mlflowRunUrl") or ""),
             report_uri=str(doc.get("reportUri") or ""),
             observed_generation=_count(doc.get("observedGeneration")),
-            conditions=tuple(
-                Condition.from_dict(c) for c in doc.get("conditions") or () if isinstance(c, dict)
-            ),
+            conditions=_conditions(doc),
         )
-
-    @property
-    def done(self) -> bool:
-        return self.phase in TERMINAL_PHASES
-
-    def failure_message(self) -> str:
-        """The message of the first ``False`` condition that has one, else ``""``."""
-        return failure_message(self.conditions)
 
     def summary(self) -> str:
         """``Running, 3/18 succeeded, 1 failed, 2 running, 12 pending`` (the wait status line)."""
@@ -179,16 +185,9 @@ class StudyStatus:
 
 
 @dataclass(frozen=True)
-class StudyInfo:
+class StudyInfo(_Identity):
     """A Study on the cluster: identity, the stored ``spec`` (as JSON) and its status."""
 
-    name: str
-    namespace: str
-    uid: str = ""
-    generation: int | None = None
-    created: dt.datetime | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-    spec: Mapping[str, Any] = field(default_factory=dict)
     status: StudyStatus = field(default_factory=StudyStatus)
 
     @classmethod
@@ -199,10 +198,6 @@ class StudyInfo:
     @property
     def phase(self) -> str:
         return self.status.phase
-
-    def age(self, now: dt.datetime | None = None) -> str:
-        """Age like ``kubectl get``: ``42s``, ``5m``, ``3h``, ``2d``; ``<unknown>`` if unset."""
-        return age(self.created, now)
 
 
 def _identity(obj: Mapping[str, Any]) -> dict[str, Any]:
