@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from sarl.cli.cluster_views import details, study_details, study_table, table
+from sarl.cli.cluster_views import (
+    details,
+    phase_announcer,
+    study_details,
+    study_table,
+    table,
+    wait_progress,
+)
 from sarl.cli.options import SetOpt, fail
 
 if TYPE_CHECKING:
@@ -154,31 +161,6 @@ def _kind_of(info: ExperimentInfo | StudyInfo) -> Kind:
     return Kind.study if isinstance(info, StudyInfo) else Kind.experiment
 
 
-@contextmanager
-def _progress(name: str) -> Iterator[Callable[[ExperimentInfo | StudyInfo], None]]:
-    """A status line on stderr (animated on a terminal; one line per change otherwise)."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    last: list[str] = []
-
-    def line(info: ExperimentInfo | StudyInfo) -> str:
-        return f"{name}: {info.status.summary()} (age {info.age()})"
-
-    if console.is_terminal:
-        with console.status(f"{name}: waiting for the first status") as status:
-            yield lambda info: status.update(line(info))
-        return
-
-    def changed(info: ExperimentInfo | StudyInfo) -> None:
-        summary = info.status.summary()
-        if not last or last[-1] != summary:
-            last.append(summary)
-            console.print(line(info), highlight=False, soft_wrap=True)
-
-    yield changed
-
-
 def _wait_and_report(
     client: ClusterClient,
     name: str,
@@ -190,7 +172,7 @@ def _wait_and_report(
 ) -> None:
     """Wait, print the final phase; exit 1 if it ended Failed."""
     info: ExperimentInfo | StudyInfo
-    with _progress(name) as on_poll:
+    with wait_progress(name) as on_poll:
         wait: Any = client.wait_study if kind is Kind.study else client.wait
         info = wait(
             name,
@@ -387,25 +369,13 @@ def logs_command(
             replica=replica.value,
             index=index,
             wait=wait,
-            on_wait=_say_phase_changes(f"waiting for the {replica.value} pod of {name}"),
+            on_wait=phase_announcer(f"waiting for the {replica.value} pod of {name}"),
         )
         try:
             for line in lines:
                 typer.echo(line)
         except KeyboardInterrupt:
             raise typer.Exit(code=130) from None
-
-
-def _say_phase_changes(what: str) -> Callable[[ExperimentInfo], None]:
-    """An ``on_wait`` callback printing ``what`` and the phase once per phase (to stderr)."""
-    seen: list[str | None] = []
-
-    def say(info: ExperimentInfo) -> None:
-        if not seen or seen[-1] != info.phase:
-            seen.append(info.phase)
-            typer.echo(f"{what} (phase: {info.phase or '-'})", err=True)
-
-    return say
 
 
 def delete_command(

@@ -1,5 +1,6 @@
 """Plain-text views of Experiments and Studies for ``sarl status`` (aligned like ``kubectl``,
-safe to grep): the listing tables and the ``kubectl describe``-like details.
+safe to grep): the listing tables and the ``kubectl describe``-like details; and the status lines
+``sarl submit --wait``, ``sarl wait`` and ``sarl delete`` print while they wait.
 
 Called by :mod:`sarl.cli.cluster`; reads :mod:`sarl.cluster.models` objects only, so nothing
 here talks to the cluster.
@@ -7,8 +8,11 @@ here talks to the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+import typer
 
 if TYPE_CHECKING:
     from sarl.cluster.models import ExperimentInfo, StudyInfo
@@ -155,3 +159,40 @@ def study_details(info: StudyInfo, runs: list[ExperimentInfo]) -> str:
     ]
     out.append(_aligned(["NAME", "ARM", "SEED", "PHASE", "STEP", "REWARD"], rows, indent="  "))
     return "\n".join(out)
+
+
+@contextmanager
+def wait_progress(name: str) -> Iterator[Callable[[ExperimentInfo | StudyInfo], None]]:
+    """A status line on stderr (animated on a terminal; one line per change otherwise)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    last: list[str] = []
+
+    def line(info: ExperimentInfo | StudyInfo) -> str:
+        return f"{name}: {info.status.summary()} (age {info.age()})"
+
+    if console.is_terminal:
+        with console.status(f"{name}: waiting for the first status") as status:
+            yield lambda info: status.update(line(info))
+        return
+
+    def changed(info: ExperimentInfo | StudyInfo) -> None:
+        summary = info.status.summary()
+        if not last or last[-1] != summary:
+            last.append(summary)
+            console.print(line(info), highlight=False, soft_wrap=True)
+
+    yield changed
+
+
+def phase_announcer(what: str) -> Callable[[ExperimentInfo], None]:
+    """An ``on_wait`` callback printing ``what`` and the phase once per phase (to stderr)."""
+    seen: list[str | None] = []
+
+    def say(info: ExperimentInfo) -> None:
+        if not seen or seen[-1] != info.phase:
+            seen.append(info.phase)
+            typer.echo(f"{what} (phase: {info.phase or '-'})", err=True)
+
+    return say
