@@ -34,7 +34,7 @@ import typer
 from sarl.cli import lines
 from sarl.cli import options as opt
 from sarl.cli.lines import EXIT_INVALID_LINES, EXIT_OK
-from sarl.rewards.samples import GroupKey, SampleError, group_key, json_type
+from sarl.rewards.samples import GroupKey, SampleError, group_key, json_type, response_field
 
 if TYPE_CHECKING:
     from sarl.evaluation.diagnosis import FigureDiagnosis
@@ -262,13 +262,7 @@ def read_traces(stream: IO[bytes], group_by: str, truth_field: str | None) -> Tr
 def parse_trace(number: int, raw: bytes, group_by: str, truth_field: str | None) -> Trace:
     """One line as a :class:`Trace`; a ValueError subclass names the field and the fix."""
     obj = lines.decode_json(raw)
-    if not isinstance(obj, dict):
-        raise SampleError(f"expected a JSON object, got {json_type(obj)}")
-    response = obj.get("response")
-    if not isinstance(response, str):
-        if "response" not in obj:
-            raise SampleError("response: missing")
-        raise SampleError(f"response: expected a string, got {json_type(response)}")
+    response = response_field(obj)
     truth = _truth(obj, truth_field)
     key = group_key(obj, group_by)
     # The rewards read the truth as ground_truth (ground_truth, tag_lcs, ...), whatever its field.

@@ -38,8 +38,8 @@ def json_type(value: Any) -> str:
     return "an array" if isinstance(value, list) else "an object"
 
 
-def parse_sample(obj: Any, *, exclude: Collection[str] = ()) -> Sample:
-    """A decoded JSON object as a :class:`Sample`; keys in ``exclude`` stay out of ``extra``."""
+def response_field(obj: Any) -> str:
+    """The ``response`` string of a decoded JSON line; SampleError naming what is wrong."""
     if not isinstance(obj, dict):
         raise SampleError(f"expected a JSON object, got {json_type(obj)}")
     response = obj.get("response")
@@ -47,6 +47,12 @@ def parse_sample(obj: Any, *, exclude: Collection[str] = ()) -> Sample:
         if "response" not in obj:
             raise SampleError("response: missing")
         raise SampleError(f"response: expected a string, got {json_type(response)}")
+    return response
+
+
+def parse_sample(obj: Any, *, exclude: Collection[str] = ()) -> Sample:
+    """A decoded JSON object as a :class:`Sample`; keys in ``exclude`` stay out of ``extra``."""
+    response = response_field(obj)
     prompt = obj.get("prompt", "")
     if not isinstance(prompt, str):
         raise SampleError(f"prompt: expected a string, got {json_type(prompt)}")
