@@ -5,6 +5,8 @@
 PYTHON ?= python3
 VENV := .venv
 VENV_VERL := .venv-verl
+# The benchmark's peer, Infinity, in its own environment (optional; `make setup-peer`).
+VENV_PEER := .venv-peer
 PY := $(VENV)/bin/python
 PY_VERL := $(VENV_VERL)/bin/python
 # torch first and pinned: this version resolves to a local CPU wheel; an unpinned resolver pick
@@ -13,7 +15,7 @@ TORCH := torch==2.13.0
 PIP_FLAGS := --disable-pip-version-check --progress-bar off -q
 
 .DEFAULT_GOAL := help
-.PHONY: gpu-wheels gpu-check images push-images help setup setup-main setup-verl demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
+.PHONY: gpu-wheels gpu-check images push-images help setup setup-main setup-verl setup-peer demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
 
 help: ## List targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,6 +40,16 @@ $(VENV_VERL)/.installed: sdk/pyproject.toml jobs/pyproject.toml operators/pyproj
 
 setup-main: $(VENV)/.installed
 setup-verl: $(VENV_VERL)/.installed
+# Infinity 0.0.78 (the embedding server `make bench` compares against) with the ONNX engine.
+# optimum 1.27: Infinity's ONNX graph optimisation calls an OptimizationConfig argument optimum 2
+# removed (with 2.x it logs "Optimization failed" and serves the unoptimised graph); numpy < 2
+# as infinity-emb requires.
+setup-peer: ## Optional: Infinity in .venv-peer, the peer `make bench` measures the service against
+	$(PYTHON) -m venv $(VENV_PEER)
+	$(VENV_PEER)/bin/python -m pip install $(PIP_FLAGS) --upgrade pip
+	$(VENV_PEER)/bin/python -m pip install $(PIP_FLAGS) $(TORCH)
+	$(VENV_PEER)/bin/python -m pip install $(PIP_FLAGS) "infinity-emb[server,torch]==0.0.78" \
+	  "optimum[onnxruntime]==1.27.0" "numpy<2"
 setup: setup-main setup-verl ## Create .venv (and .venv-verl) and install every package editable
 
 demo: setup-main ## Local Study: ground truth vs structure reward, 2 seeds; report in out/demo/
@@ -59,7 +71,7 @@ test-verl: setup-verl
 	  tests/sarl/integrations/test_verl_terms_loop.py tests/sarl/integrations/test_verl_validity.py \
 	  tests/sarl/integrations/test_verl_votes.py tests/jobs
 
-bench: setup-main ## Benchmarks: structure reward and embedding client vs naive references
+bench: setup-main ## Benchmarks: structure reward, embedding client and services (vs Infinity if `make setup-peer` ran)
 	$(PY) tests/bench/run_all.py --out out/bench
 
 lint: setup-main ## ruff (lint + format check) and mypy --strict on the sdk

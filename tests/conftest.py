@@ -1,7 +1,9 @@
 """Shared pytest setup: skip hardware/cluster-bound tests where the hardware/cluster is absent.
 
 ``gpu`` tests run only when torch sees a CUDA device; ``e2e`` tests only when KUBECONFIG points
-at a cluster. Everything else runs everywhere.
+at a cluster. Everything else runs everywhere. ``SARL_CACHE_DIR`` (exported ONNX models, see
+``sarl.embedding.onnx_export``) points at a directory of this session, inherited by the services
+the tests start, so the suite writes nothing under the user's home and exports each model once.
 """
 
 from __future__ import annotations
@@ -9,10 +11,13 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+os.environ.setdefault("SARL_CACHE_DIR", tempfile.mkdtemp(prefix="sarl-test-cache-"))
 
 
 def _has_gpu() -> bool:

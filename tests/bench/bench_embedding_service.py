@@ -1,41 +1,56 @@
-"""Benchmark: texts/s of ``sarl serve embedding`` against the same model in-process (the ceiling).
+"""Benchmark: ``sarl serve embedding`` against Infinity, the embedding server researchers reach for.
 
 Run by ``make bench`` (through ``run_all.py``) or directly with
-``.venv/bin/python tests/bench/bench_embedding_service.py``; not collected by pytest. Starts the
-embedding service (bundled all-MiniLM-L6-v2 on CPU, service defaults) as a ``sarl serve``
-subprocess, then embeds the same distinct reasoning-step texts (one to four phrases each, about
-15 to 70 tokens) three ways, one after the other so they never share the cores:
+``.venv/bin/python tests/bench/bench_embedding_service.py``; not collected by pytest. Same
+machine, same cores, same distinct reasoning-step texts (one to four phrases, about 15 to 70
+tokens), same all-MiniLM-L6-v2 weights (the bundled copy), fp32. Servers, started once and idle
+while another is measured:
 
-* ``service_c1``: one client sending requests of 128 texts (the sdk client's batch size) one
-  at a time;
-* ``service_c16``: 16 clients each sending requests of 16 texts, so the service must coalesce
-  concurrent requests into forward passes to keep up;
-* ``service_c16_1_thread``: the same with ``--torch-threads 1`` (on a machine whose cores are
-  shared with other busy processes, one intra-op thread can beat one per core);
-* ``in_process``: the same model loaded in this process, the same torch thread settings as the
-  service, every text in one ``encode`` call (sorted by length over all texts, in calls as large
-  as the service's): no HTTP, no JSON, no scheduling — the ceiling the service is measured
-  against.
+* ``sarl``: the service with its defaults (ONNX Runtime backend, :mod:`sarl.embedding.encoders`);
+* ``sarl_torch``: the same with ``--backend torch`` (what the service ran before issue 26);
+* ``infinity_torch`` and ``infinity_onnx``: Infinity (``infinity_emb v2``, ``--engine torch`` /
+  ``--engine optimum``, its defaults otherwise) from its own environment, ``.venv-peer``
+  (``make setup-peer``); skipped when that is absent. Infinity's ONNX engine needs an ONNX file
+  in the model directory: optimum exports one into a copy of the bundled model under ``--out``.
 
-A request the service sheds (503) is retried after its ``Retry-After`` and counted; nothing
-here fails on a slow machine.
+Workloads (issue 26): ``c1`` one client sending requests of 128 texts one after another; ``c16``
+16 clients each sending requests of 16; ``c64`` 64 clients each sending one text per request.
+Each round runs every server on every workload (texts drawn afresh per round, so no server sees
+a text twice); a server's figure is its best round (as for the structure reward), with p50/p99
+request latency of that round. A request the service sheds (503) is retried after its
+``Retry-After`` and counted; its latency counts from the first try. The vectors of every server
+are compared on the same texts (smallest cosine to ``sarl``'s). In-process ceilings: the ONNX
+and torch encoders over all texts in one call.
+
+Benchmarks are measurements, never tests: nothing here fails on a slow machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import shutil
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 from bench_reward_service import _PHRASES  # same synthetic steps (tests/bench is on sys.path)
 
-from sarl_services.testing import running_service
+from sarl_services.testing import free_port, running_service
 
-SERVICE_BATCH = 128  # --max-batch-size default of the service, and the sdk client's batch
+ROOT = Path(__file__).resolve().parents[2]
+PEER_PYTHON = ROOT / ".venv-peer" / "bin" / "python"
+#: (key, clients, texts per request)
+WORKLOADS = (("c1", 1, 128), ("c16", 16, 16), ("c64", 64, 1))
 
 
 def step_texts(count: int, seed: int) -> list[str]:
@@ -51,72 +66,187 @@ def step_texts(count: int, seed: int) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Server:
+    """A running embedding server: where to POST and the model name to send."""
+
+    key: str
+    url: str  # the embeddings route
+    model: str
+
+
 async def _serve_all(
-    url: str, name: str, texts: list[str], concurrency: int, per_request: int
+    server: Server, texts: list[str], concurrency: int, per_request: int
 ) -> dict[str, float]:
     """Embed ``texts`` in requests of ``per_request`` with ``concurrency`` clients."""
     chunks = iter([texts[i : i + per_request] for i in range(0, len(texts), per_request)])
     shed = 0
+    latencies: list[float] = []
 
     async def client_loop(client: httpx.AsyncClient) -> None:
         nonlocal shed
         for chunk in chunks:  # the shared iterator hands each chunk to exactly one client
+            sent = time.perf_counter()
             while True:
-                body = {"model": name, "input": chunk}
-                response = await client.post(f"{url}/v1/embeddings", json=body)
+                body = {"model": server.model, "input": chunk}
+                response = await client.post(server.url, json=body)
                 if response.status_code != 503:
                     break
                 shed += 1
                 await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
             if response.status_code != 200 or len(response.json()["data"]) != len(chunk):
-                raise RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
+                raise RuntimeError(
+                    f"{server.key}: HTTP {response.status_code}: {response.text[:300]}"
+                )
+            latencies.append(time.perf_counter() - sent)
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
         start = time.perf_counter()
         await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
         seconds = time.perf_counter() - start
-    return {"texts_per_s": len(texts) / seconds, "seconds": seconds, "shed": float(shed)}
+    return {
+        "texts_per_s": len(texts) / seconds,
+        "seconds": seconds,
+        "p50_s": float(np.percentile(latencies, 50)),
+        "p99_s": float(np.percentile(latencies, 99)),
+        "shed": float(shed),
+    }
 
 
-def in_process(texts: list[str]) -> dict[str, float]:
-    """The same model in this process, one ``encode`` call over every text (the ceiling)."""
-    from sentence_transformers import SentenceTransformer
+def _vectors(server: Server, texts: list[str]) -> np.ndarray:
+    response = httpx.post(server.url, json={"model": server.model, "input": texts}, timeout=600)
+    response.raise_for_status()
+    rows = sorted(response.json()["data"], key=lambda d: d["index"])
+    return np.asarray([d["embedding"] for d in rows], dtype=np.float64)
 
+
+@contextmanager
+def _sarl(key: str, args: tuple[str, ...]) -> Iterator[Server]:
+    with running_service("embedding", args, timeout_s=600) as service:
+        yield Server(key, f"{service.url}/v1/embeddings", service.name)
+
+
+def _peer_model(out: Path) -> Path:
+    """A copy of the bundled model with the ONNX file Infinity's optimum engine loads (exported
+    by optimum in the peer's environment), once per ``out``."""
     from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
-    from sarl_services.embedding import ROWS_PER_THREAD
+
+    model = out / "peer-model"
+    if not (model / "model.onnx").is_file():
+        shutil.rmtree(model, ignore_errors=True)
+        shutil.copytree(resolve_model_path(BUNDLED_MODEL), model)
+        script = (
+            "import sys; from optimum.onnxruntime import ORTModelForFeatureExtraction as M; "
+            "M.from_pretrained(sys.argv[1], export=True).save_pretrained(sys.argv[1] + '/x')"
+        )
+        subprocess.run([str(PEER_PYTHON), "-c", script, str(model)], check=True, env=_offline())
+        # Infinity matches the file by name from the model directory's root.
+        (model / "x" / "model.onnx").rename(model / "model.onnx")
+        shutil.rmtree(model / "x")
+    return model
+
+
+def _offline() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.update(INFINITY_ANONYMOUS_USAGE_STATS="0", DO_NOT_TRACK="1")
+    return env
+
+
+@contextmanager
+def _infinity(key: str, engine: str, model: Path, out: Path) -> Iterator[Server]:
+    port = free_port()
+    log = (out / f"{key}.log").open("wb")
+    env = _offline()
+    env["HF_HOME"] = str(out / "peer-hf")  # Infinity's optimized ONNX files go here
+    # Run from the model directory with --model-id "." : Infinity 0.0.78 lists the directory's
+    # files relative to the id and hands optimum the ONNX file's name.
+    launch = "import sys; from infinity_emb.cli import cli; sys.argv[0] = 'infinity_emb'; cli()"
+    command = [str(PEER_PYTHON), "-c", launch, "v2", "--model-id", "."]
+    command += ["--served-model-name", "peer", "--engine", engine, "--device", "cpu"]
+    command += ["--port", str(port), "--host", "127.0.0.1"]
+    process = subprocess.Popen(command, cwd=model, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{key} exited {process.returncode}; see {log.name}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/models", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{key} not ready after 600 s; see {log.name}")
+            time.sleep(1)
+        yield Server(key, f"http://127.0.0.1:{port}/embeddings", "peer")
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def in_process(texts: list[str]) -> dict[str, Any]:
+    """The encoders in this process, every text in one call (the ceilings)."""
+    from sarl.embedding.encoders import load_encoder
+    from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
     from sarl_services.threads import configure_threads
 
     threads = configure_threads(None)  # as the service does by default
-    model = SentenceTransformer(str(resolve_model_path(BUNDLED_MODEL)), device="cpu")
-    rows = ROWS_PER_THREAD * threads  # per forward call, as in the service
-    model.encode(texts[:SERVICE_BATCH], batch_size=rows)  # one-off costs
-    start = time.perf_counter()
-    model.encode(texts, batch_size=rows, show_progress_bar=False)
-    seconds = time.perf_counter() - start
-    return {"texts_per_s": len(texts) / seconds, "seconds": seconds, "torch_threads": threads}
+    figures: dict[str, Any] = {"threads": threads}
+    for backend in ("onnx", "torch"):
+        encoder = load_encoder(resolve_model_path(BUNDLED_MODEL), backend=backend, threads=threads)
+        encoder.encode(texts[:128])  # one-off costs
+        start = time.perf_counter()
+        encoder.encode(texts)
+        figures[backend] = len(texts) / (time.perf_counter() - start)
+    return figures
 
 
-def run(texts_per_run: int = 512) -> dict[str, Any]:
-    """Measure the service at two request patterns, then the in-process ceiling."""
-    figures: dict[str, Any] = {"texts": texts_per_run}
-    warm = step_texts(SERVICE_BATCH, seed=99)
-    runs = {
-        (): (("service_c1", 1, SERVICE_BATCH, 1), ("service_c16", 16, 16, 2)),
-        ("--torch-threads", "1"): (("service_c16_1_thread", 16, 16, 4),),
-    }
-    for args, patterns in runs.items():
-        with running_service("embedding", args) as service:
-            asyncio.run(_serve_all(service.url, service.name, warm, 1, SERVICE_BATCH))
-            for key, concurrency, per_request, seed in patterns:
-                texts = step_texts(texts_per_run, seed)
-                figures[key] = asyncio.run(
-                    _serve_all(service.url, service.name, texts, concurrency, per_request)
-                )
+def run(texts_per_run: int = 512, rounds: int = 2, out: Path = Path("out/bench")) -> dict[str, Any]:
+    """Every server on every workload, ``rounds`` times; then the in-process ceilings."""
+    out.mkdir(parents=True, exist_ok=True)
+    peer = PEER_PYTHON.is_file()
+    figures: dict[str, Any] = {"texts": texts_per_run, "rounds": rounds, "peer_installed": peer}
+    with ExitStack() as stack:
+        servers = [
+            stack.enter_context(_sarl("sarl", ())),
+            stack.enter_context(_sarl("sarl_torch", ("--backend", "torch"))),
+        ]
+        if peer:
+            model = _peer_model(out)
+            for key, engine in (("infinity_torch", "torch"), ("infinity_onnx", "optimum")):
+                servers.append(stack.enter_context(_infinity(key, engine, model, out)))
+        check = step_texts(64, seed=7)
+        reference = _vectors(servers[0], check)
+        for server in servers:
+            asyncio.run(_serve_all(server, step_texts(128, seed=99), 1, 128))  # warm-up
+            cosine = np.sum(reference * _vectors(server, check), axis=1)
+            figures[server.key] = {"min_cosine_to_sarl": float(cosine.min())}
+        for r in range(rounds):
+            for w, (workload, clients, per_request) in enumerate(WORKLOADS):
+                texts = step_texts(texts_per_run, seed=1000 * r + w)
+                for server in servers:
+                    row = asyncio.run(_serve_all(server, texts, clients, per_request))
+                    best = figures[server.key].get(workload)
+                    if best is None or row["texts_per_s"] > best["texts_per_s"]:
+                        figures[server.key][workload] = row
     figures["in_process"] = in_process(step_texts(texts_per_run, seed=3))
-    ceiling = figures["in_process"]["texts_per_s"]
-    for key in ("service_c1", "service_c16", "service_c16_1_thread"):
-        figures[key]["ratio_to_in_process"] = figures[key]["texts_per_s"] / ceiling
+    peers = [k for k in ("infinity_torch", "infinity_onnx") if k in figures]
+    for workload, _, _ in WORKLOADS:
+        ours = figures["sarl"][workload]["texts_per_s"]
+        figures["sarl"][workload]["vs_torch_backend"] = (
+            ours / figures["sarl_torch"][workload]["texts_per_s"]
+        )
+        if peers:
+            best = max(peers, key=lambda k: figures[k][workload]["texts_per_s"])
+            figures["sarl"][workload]["best_peer"] = best
+            figures["sarl"][workload]["vs_best_peer"] = (
+                ours / figures[best][workload]["texts_per_s"]
+            )
     return figures
 
 

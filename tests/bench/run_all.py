@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -140,30 +141,45 @@ def main() -> None:
     console.print(svc)
     for target, held in service["targets"].items():
         console.print(f"target {target}: {'holds' if held else 'MISSED'} (measured, not asserted)")
-    with console.status("embedding service vs the same model in-process..."):
-        service["embedding_service"] = bench_embedding_service.run()
-    emb = service["embedding_service"]
-    ceiling = emb["in_process"]["texts_per_s"]
-    est = Table(title=f"embedding service: {emb['texts']} distinct step texts per run")
-    for col in ("run", "texts/s", "vs in-process", "shed"):
-        est.add_column(col, justify="right")
-    est.add_row("in-process, one encode call (ceiling)", f"{ceiling:.0f}", "1.00", "-")
-    for key, label in (
-        ("service_c1", "1 client x 128 texts"),
-        ("service_c16", "16 x 16 texts"),
-        ("service_c16_1_thread", "16 x 16 texts, --torch-threads 1"),
-    ):
-        row = emb[key]
-        est.add_row(
-            label,
-            f"{row['texts_per_s']:.0f}",
-            f"{row['ratio_to_in_process']:.2f}",
-            f"{row['shed']:.0f}",
-        )
-    console.print(est)
+    with console.status("embedding service vs Infinity (the peer), same cores and texts..."):
+        service["embedding_service"] = bench_embedding_service.run(out=args.out)
+    print_embedding_service(service["embedding_service"], console)
     service_path = args.out / "reward_service.json"
     service_path.write_text(json.dumps(service, indent=2) + "\n")
     console.print(f"wrote {service_path}")
+
+
+def print_embedding_service(emb: dict[str, Any], console: Any) -> None:
+    """The embedding service against the peer: texts/s (p99 latency) per workload, and ratios."""
+    from rich.table import Table
+
+    servers = [k for k in ("sarl", "sarl_torch", "infinity_torch", "infinity_onnx") if k in emb]
+    table = Table(
+        title=f"embedding service vs Infinity: {emb['texts']} distinct step texts per run, best "
+        f"of {emb['rounds']} rounds, texts/s (p99 s)"
+    )
+    for col in ("workload", *servers, "sarl / torch backend", "sarl / best peer"):
+        table.add_column(col, justify="right")
+    for workload, label in (("c1", "1 x 128"), ("c16", "16 x 16"), ("c64", "64 x 1")):
+        ours = emb["sarl"][workload]
+        cells = [
+            f"{emb[k][workload]['texts_per_s']:.0f} ({emb[k][workload]['p99_s']:.2f})"
+            for k in servers
+        ]
+        peer = (
+            f"{ours['vs_best_peer']:.2f}x ({ours['best_peer']})"
+            if "vs_best_peer" in ours
+            else "peer not installed (make setup-peer)"
+        )
+        table.add_row(label, *cells, f"{ours['vs_torch_backend']:.2f}x", peer)
+    console.print(table)
+    cosines = ", ".join(f"{k} {emb[k]['min_cosine_to_sarl']:.7f}" for k in servers)
+    ceiling = emb["in_process"]
+    console.print(
+        f"smallest cosine to sarl's vectors: {cosines}; in-process ceiling, one call: onnx "
+        f"{ceiling['onnx']:.0f} texts/s, torch {ceiling['torch']:.0f} "
+        f"({ceiling['threads']} threads)"
+    )
 
 
 if __name__ == "__main__":

@@ -34,12 +34,12 @@ def test_coalesced_requests_get_the_vectors_of_each_alone(local_embedder: LocalE
 
     async def main() -> list[np.ndarray]:
         distinct = [list(dict.fromkeys(texts)) for texts in REQUESTS]
-        tokens = [model._count_tokens(texts) for texts in distinct]
+        ids = [model._token_ids(texts) for texts in distinct]
         # Submitted in one go, before the model thread takes its first pass: the requests'
-        # texts are mixed across passes of up to 8 (round-robin), not encoded one by one.
+        # texts are mixed across passes of up to 8, not encoded one by one.
         tasks = [
-            asyncio.create_task(model.batcher.submit(texts, counts))
-            for texts, counts in zip(distinct, tokens, strict=True)
+            asyncio.create_task(model.batcher.submit(texts, [len(i) for i in of_text], of_text))
+            for texts, of_text in zip(distinct, ids, strict=True)
         ]
         rows = await asyncio.gather(*tasks)
         model.batcher.close()

@@ -62,10 +62,23 @@ def _batcher(
     batch_wait_s: float = 0.0,
     rate: float = 1e9,
     deadline_s: float = 10.0,
+    clock: Clock | None = None,
 ) -> Batcher:
     admission = Admission(deadline_s, RateEstimator(rate), fair=True, unit="tokens", headroom=1.0)
     settings = BatchSettings(max_batch_size, max_batch_tokens, batch_wait_s)
-    return Batcher(encoder, admission, settings)
+    if clock is None:
+        return Batcher(encoder, admission, settings)
+    return Batcher(encoder, admission, settings, clock=clock)
+
+
+class Clock:
+    """A clock the test moves (the batcher's arrival times)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def _run(main: Coroutine[Any, Any, _T]) -> _T:
@@ -157,11 +170,14 @@ def test_a_text_pending_for_two_requests_is_encoded_once() -> None:
 def test_a_small_request_is_not_starved_behind_a_huge_one() -> None:
     encoder = Encoder(hold=True)
     huge = [f"h{i:02d}" for i in range(40)]
+    clock = Clock()
 
     async def main() -> None:
-        batcher = _batcher(encoder, max_batch_size=8)
+        # 5 tokens per text at 100 tokens/s: the huge request is 2 s of work.
+        batcher = _batcher(encoder, max_batch_size=8, rate=100.0, deadline_s=1000, clock=clock)
         big = _submit(batcher, huge)
         await encoder.pass_started()  # the first 8 of the huge request
+        clock.now = 0.5  # it would finish at 2.0 alone; the small one at 0.6
         small = _submit(batcher, ["s1", "s2"])
         await _settle()
         encoder.release()
@@ -170,10 +186,62 @@ def test_a_small_request_is_not_starved_behind_a_huge_one() -> None:
         batcher.close()
 
     _run(main())
-    # Round-robin: the small request is in the very next pass (first come first served would
-    # have encoded it after all 40, in the sixth pass).
-    assert {"s1", "s2"} <= set(encoder.passes[1])
-    assert len(encoder.passes[1]) == 8
+    # The small request goes first in the very next pass, the huge one fills the rest (first
+    # come first served would have encoded it after all 40, in the sixth pass).
+    assert encoder.passes[1][:2] == ["s1", "s2"]
+    assert encoder.passes[1][2:] == huge[8:14]
+
+
+def test_a_huge_request_that_waited_its_own_work_is_not_overtaken() -> None:
+    encoder = Encoder(hold=True)
+    huge = [f"h{i:02d}" for i in range(40)]
+    clock = Clock()
+
+    async def main() -> None:
+        batcher = _batcher(encoder, max_batch_size=8, rate=100.0, deadline_s=1000, clock=clock)
+        first = _submit(batcher, ["first"])
+        await encoder.pass_started()
+        big = _submit(batcher, huge)  # arrives at 0: would finish at 2.0 alone
+        await _settle()
+        clock.now = 2.5  # small requests keep coming after its own work's time
+        smalls = [_submit(batcher, [f"s{i}"]) for i in range(3)]
+        await _settle()
+        encoder.release()
+        await first
+        _check_rows(huge, await big)
+        for i, task in enumerate(smalls):
+            _check_rows([f"s{i}"], await task)
+        batcher.close()
+
+    _run(main())
+    # Earliest expected finish: 0 + 2 s for the huge request, 2.5 + 0.05 s for each small one.
+    assert [t for p in encoder.passes[1:] for t in p] == [*huge, "s0", "s1", "s2"]
+
+
+def test_equal_requests_are_served_in_arrival_order_each_in_one_pass() -> None:
+    encoder = Encoder(hold=True)
+    clock = Clock()
+    requests = [[f"r{r}t{i}" for i in range(4)] for r in range(4)]
+
+    async def main() -> None:
+        batcher = _batcher(encoder, max_batch_size=8, rate=100.0, deadline_s=1000, clock=clock)
+        first = _submit(batcher, ["first"])
+        await encoder.pass_started()
+        tasks = []
+        for r, texts in enumerate(requests):
+            clock.now = 0.01 * r
+            tasks.append(_submit(batcher, texts))
+        await _settle()
+        encoder.release()
+        await first
+        for texts, rows in zip(requests, await _gather(*tasks), strict=True):
+            _check_rows(texts, rows)
+        batcher.close()
+
+    _run(main())
+    # Round-robin slices would put 2 texts of each request in each pass, so all four finish
+    # with the last pass; here the first two are done after one pass.
+    assert encoder.passes[1:] == [requests[0] + requests[1], requests[2] + requests[3]]
 
 
 def test_a_cancelled_request_has_its_pending_texts_dropped() -> None:

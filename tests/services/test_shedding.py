@@ -54,11 +54,11 @@ class HeldModel:
         self.started = threading.Event()
         self.go = threading.Event()
 
-    def __call__(self, texts: list[str]) -> FloatArray:
+    def __call__(self, payloads: list[list[str]]) -> FloatArray:
         self.started.set()
         if not self.go.wait(timeout=60):
             raise TimeoutError("never released")
-        return _unit_rows(texts)
+        return _unit_rows([ids[0] for ids in payloads])  # the fake ids carry their text
 
 
 def _embedding_model(
@@ -69,7 +69,8 @@ def _embedding_model(
     # 10 tokens/s, planned in full: 4 tokens per text, so 2 texts = 0.8 s of work.
     admission = Admission(1.0, RateEstimator(10.0), fair=True, unit="tokens", headroom=1.0)
     model.batcher = Batcher(fake, admission, BatchSettings(batch_wait_s=0.0))
-    monkeypatch.setattr(model, "_count_tokens", lambda texts: [4] * len(texts))
+    # 4 "token ids" per text, each the text itself (what the held model reads back).
+    monkeypatch.setattr(model, "_token_ids", lambda texts: [[t] * 4 for t in texts])
     model.dim, model.ready = DIM, True
     return model
 

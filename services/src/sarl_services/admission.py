@@ -15,7 +15,9 @@ Expected completion times, in seconds of work at the measured rate ``R``:
 
 * first come first served (``fair=False``): everything queued, then the new work:
   ``(Σ w_i + w) / R``. New requests never delay older ones.
-* fair sharing (``fair=True``, the batcher's round-robin slices): processor sharing, where
+* fair sharing (``fair=True``, the embedding batcher, which serves earliest expected finish
+  first: a small request overtakes a big one, a big one is not overtaken once it has waited
+  its own work's time): planned as processor sharing, where
   request k finishes once ``Σ_i min(w_i, w_k)`` is done; a new request of work ``w`` finishes at
   ``(Σ_i min(w_i, w) + w) / R`` and delays request k by ``min(w, w_k) / R``.
 

@@ -95,8 +95,32 @@ TorchThreadsOpt = Annotated[
     int | None,
     typer.Option(
         "--torch-threads",
-        help="torch intra-op threads (default: the cores this process may use, by CPU "
-        "affinity and cgroup quota).",
+        help="Intra-op threads of torch or ONNX Runtime (default: the cores this process may "
+        "use, by CPU affinity and cgroup quota).",
+    ),
+]
+BackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="auto (ONNX Runtime on CPU when the model allows, else torch), onnx or torch. The "
+        "ONNX file is exported at first load, checked against the torch vectors and cached.",
+    ),
+]
+ExportOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--export-only",
+        help="Load the model, export and check its ONNX file into the cache, then exit (for "
+        "images and init containers: the server then starts without exporting).",
+    ),
+]
+OnnxCacheOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--onnx-cache",
+        help="Directory of exported ONNX files (default: $SARL_CACHE_DIR/onnx, else "
+        "~/.cache/sarl/onnx; a temporary directory when not writable).",
     ),
 ]
 DeadlineOpt = Annotated[
@@ -175,6 +199,9 @@ def embedding_command(
     batch_wait_ms: BatchWaitOpt = 5.0,
     deadline_s: DeadlineOpt = 10.0,
     torch_threads: TorchThreadsOpt = None,
+    backend: BackendOpt = "auto",
+    onnx_cache: OnnxCacheOpt = None,
+    export_only: ExportOnlyOpt = False,
     max_inputs: MaxInputsOpt = 2048,
     max_input_chars: MaxCharsOpt = 1_000_000,
     max_body_bytes: MaxBodyOpt = 16 * 2**20,
@@ -188,6 +215,7 @@ def embedding_command(
 
     import_kserve()
     from sarl.embedding.base import EmbeddingError
+    from sarl.embedding.encoders import onnx_available
     from sarl_services.connections import ConnectionLimits
     from sarl_services.embedding import EmbeddingModel, EmbeddingSettings, serve_embedding
     from sarl_services.metrics import EmbeddingMetrics
@@ -202,12 +230,23 @@ def embedding_command(
             batch_wait_ms=batch_wait_ms,
             deadline_s=deadline_s,
             torch_threads=torch_threads,
+            backend=backend,  # type: ignore[arg-type]  # checked by EmbeddingSettings
+            onnx_cache=onnx_cache,
             max_inputs=max_inputs,
             max_input_chars=max_input_chars,
             max_body_bytes=max_body_bytes,
         )
+        if backend == "onnx" and not onnx_available():
+            raise ValueError(
+                "--backend onnx: onnxruntime and onnx are not installed (pip install "
+                "'sarl[embed]'), or use --backend torch"
+            )
         # Resolves the model path (fails fast on a bad one); loads nothing.
         embedding_model = EmbeddingModel(settings, EmbeddingMetrics.create())
+        if export_only:
+            embedding_model.load()
+            typer.echo(f"{embedding_model.name}: backend {embedding_model.backend}, ready")
+            return
     except (ValueError, EmbeddingError) as e:
         raise _fail(str(e).replace("embedder.model", "--model")) from e
     connections = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)

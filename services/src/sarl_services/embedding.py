@@ -17,23 +17,24 @@ Started by ``sarl serve embedding`` (:mod:`sarl_services.cli`); the reward servi
 * KServe's health, readiness (``GET /v1/models/<name>``: 200 once loaded, 503 before) and
   ``GET /metrics``; every other KServe route is closed (:mod:`sarl_services.routes`).
 
-Each request's distinct strings are tokenized (to count tokens: ``usage`` and the work the
-request brings) on a thread of their own, then submitted to the :class:`~sarl_services.batching.
-Batcher`: it admits the request by expected work or refuses it with 503 ``overloaded`` and
-``Retry-After`` (:mod:`sarl_services.admission`, ``--deadline-s``), coalesces the pending strings
-of all requests into forward passes on the single model thread (``--max-batch-size``,
-``--max-batch-tokens``, ``--batch-wait-ms``), shares passes fairly between requests, and drops
-the pending strings of a request whose client has gone (:mod:`sarl_services.disconnect`). torch
-uses the cores this process may use (:mod:`sarl_services.threads`, ``--torch-threads``).
+The model runs on :mod:`sarl.embedding.encoders` (``--backend``: ONNX Runtime on CPU by default,
+exported and checked against torch at first load, or torch), the same code as the in-process
+embedder. Each request's distinct strings are tokenized once, on a thread of their own (the token
+ids count ``usage`` and the work the request brings, and are what the model runs on), then
+submitted to the :class:`~sarl_services.batching.Batcher`: it admits the request by expected
+work or refuses it with 503 ``overloaded`` and ``Retry-After`` (:mod:`sarl_services.admission`,
+``--deadline-s``), coalesces the pending strings of all requests into forward passes on the
+single model thread (``--max-batch-size``, ``--max-batch-tokens``, ``--batch-wait-ms``), orders
+requests by expected finish, and drops the pending strings of a request whose client has gone
+(:mod:`sarl_services.disconnect`). torch or ONNX Runtime uses the cores this process may use
+(:mod:`sarl_services.threads`, ``--torch-threads``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import math
-import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +46,8 @@ import kserve
 import orjson
 from fastapi import APIRouter, Request, Response
 
-from sarl.embedding.base import FloatArray, normalize_rows
+from sarl.embedding.base import FloatArray
+from sarl.embedding.encoders import BACKENDS, Backend, SentenceEncoder, load_encoder
 from sarl.embedding.factory import DEFAULT_LOCAL_MODEL
 from sarl.embedding.local import resolve_model_path
 from sarl_services.admission import Admission, Overloaded, RateEstimator
@@ -62,8 +64,6 @@ BUNDLED_NAME = "all-MiniLM-L6-v2"
 _PREFIXES = ("", "/openai")
 # Before load() measures the model, assume a slow CPU (tokens/s): too high would over-admit.
 _PRIOR_TOKENS_PER_S = 500.0
-#: Texts per forward call and intra-op thread (see ``EmbeddingModel._encode_pass``).
-ROWS_PER_THREAD = 32
 # load() times one pass over these (distinct, ~20 tokens each) to seed the rate estimate.
 _CALIBRATION = [
     f"Calibration step {i}: compute {i} times {i + 7} and check the sum." for i in range(32)
@@ -77,6 +77,8 @@ class EmbeddingSettings:
     model: str = DEFAULT_LOCAL_MODEL  # bundled model, or a sentence-transformers directory
     served_name: str | None = None  # default: all-MiniLM-L6-v2, or the directory's name
     device: str = "cpu"
+    backend: Backend = "auto"  # see sarl.embedding.encoders
+    onnx_cache: str | None = None  # exported ONNX files; default $SARL_CACHE_DIR/onnx
     max_batch_size: int = 128  # strings per forward pass
     max_batch_tokens: int = 16384  # padded tokens (strings x longest) per forward pass
     batch_wait_ms: float = 5.0  # wait for more work when less than a pass is queued
@@ -94,6 +96,10 @@ class EmbeddingSettings:
         if not (self.deadline_s > 0 and math.isfinite(self.deadline_s)):
             raise ValueError(
                 f"--deadline-s: must be a number of seconds > 0, got {self.deadline_s}"
+            )
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"--backend: must be one of {', '.join(BACKENDS)}, got {self.backend!r}"
             )
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"--torch-threads: must be >= 1, got {self.torch_threads}")
@@ -191,9 +197,7 @@ class EmbeddingModel(kserve.Model):  # type: ignore[misc]  # kserve ships no typ
         self.model_path = resolve_model_path(settings.model)  # fails fast on a bad path
         self.dim = 0
         self.created = int(time.time())
-        self._model: Any = None
-        self._tokenizer: Any = None  # a copy, used only on the tokenize thread
-        self._threads = 1  # torch intra-op threads, set by load()
+        self.encoder: SentenceEncoder | None = None  # set by load()
         self._tokenize = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
         admission = Admission(
             settings.deadline_s,
@@ -211,49 +215,39 @@ class EmbeddingModel(kserve.Model):  # type: ignore[misc]  # kserve ships no typ
         metrics.rate.set_function(lambda: self.batcher.admission.rate.per_s)
 
     def load(self) -> bool:
-        # Never reach for the Hugging Face hub: the model is on disk or the load fails.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        self._threads = configure_threads(self.settings.torch_threads)  # before any torch work
-        from sentence_transformers import SentenceTransformer
-
-        model = SentenceTransformer(str(self.model_path), device=self.settings.device)
-        self._model = model
-        self._tokenizer = copy.deepcopy(model.tokenizer)  # tokenizers are not thread-safe
-        self.dim = int(self._encode_pass(["warm-up"]).shape[1])  # first call pays one-off costs
-        tokens = sum(self._count_tokens(_CALIBRATION))
+        threads = configure_threads(self.settings.torch_threads)  # before any torch work
+        cache = Path(self.settings.onnx_cache) if self.settings.onnx_cache else None
+        self.encoder = encoder = load_encoder(
+            self.model_path,
+            backend=self.settings.backend,
+            device=self.settings.device,
+            threads=threads,
+            cache_dir=cache,
+        )
+        self.dim = encoder.dim
+        self._encode_pass([encoder.token_ids(["warm-up"])[0]])  # first call pays one-off costs
+        ids = encoder.token_ids(_CALIBRATION)
         start = time.perf_counter()
-        self._encode_pass(_CALIBRATION)
-        self.batcher.admission.rate.observe(tokens, time.perf_counter() - start)
+        self._encode_pass(ids)
+        self.batcher.admission.rate.observe(sum(map(len, ids)), time.perf_counter() - start)
         self.ready = True
         return True
 
-    def _encode_pass(self, texts: list[str]) -> FloatArray:
-        """Unit-norm ``(len(texts), dim)`` rows for one pass of the batcher (the model thread
-        only). sentence-transformers sorts the texts by length and runs them in calls of
-        ``ROWS_PER_THREAD`` per intra-op thread: sorted, a call pads each text to a similar
-        length instead of to the pass's longest (on CPU, 128 texts of 15-70 tokens ran ~1.7x
-        faster in calls of 32 on one thread than in one call), and each thread still gets
-        enough rows per op to amortise the threads' synchronisation."""
-        raw = self._model.encode(
-            texts,
-            batch_size=ROWS_PER_THREAD * self._threads,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-            normalize_embeddings=False,
-        )  # (texts, dim)
-        # The same normalisation as LocalEmbedder, so both give the same vectors.
-        return normalize_rows(raw, source=f"model {self.name}")
+    @property
+    def backend(self) -> str:
+        """The encoder's backend once loaded ("onnx" or "torch")."""
+        return self.encoder.backend if self.encoder is not None else "not loaded"
 
-    def _count_tokens(self, texts: list[str]) -> list[int]:
-        """Tokens per text after truncation, as vLLM reports ``usage.prompt_tokens``."""
-        ids = self._tokenizer(
-            texts,
-            truncation=True,
-            max_length=self._model.max_seq_length,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
-        return [len(i) for i in ids]
+    def _token_ids(self, texts: list[str]) -> list[list[int]]:
+        """Each text's token ids, truncated (the tokenize thread)."""
+        assert self.encoder is not None, "load() first"
+        return self.encoder.token_ids(texts)
+
+    def _encode_pass(self, ids: list[list[int]]) -> FloatArray:
+        """Unit-norm ``(len(ids), dim)`` rows for one pass of the batcher (the model thread
+        only): sorted by length, in calls of ``ROWS_PER_THREAD`` rows per thread."""
+        assert self.encoder is not None, "load() first"
+        return self.encoder.encode_ids(ids)
 
     async def aencode(self, texts: list[str]) -> tuple[FloatArray, list[int]]:
         """Unit-norm ``(len(texts), dim)`` rows and each text's token count, through the
@@ -261,8 +255,11 @@ class EmbeddingModel(kserve.Model):  # type: ignore[misc]  # kserve ships no typ
         the request is not admitted."""
         unique = list(dict.fromkeys(texts))
         loop = asyncio.get_running_loop()
-        tokens = await loop.run_in_executor(self._tokenize, self._count_tokens, unique)
-        vectors = await self.batcher.submit(unique, tokens)  # (unique, dim)
+        # Tokens per text after truncation, as vLLM reports usage.prompt_tokens; the same ids
+        # are what the model runs on.
+        ids = await loop.run_in_executor(self._tokenize, self._token_ids, unique)
+        tokens = [len(i) for i in ids]
+        vectors = await self.batcher.submit(unique, tokens, ids)  # (unique, dim)
         rows = _rows(texts, unique)
         return vectors[rows], [tokens[r] for r in rows]
 

