@@ -40,16 +40,16 @@ $(VENV_VERL)/.installed: sdk/pyproject.toml jobs/pyproject.toml operators/pyproj
 
 setup-main: $(VENV)/.installed
 setup-verl: $(VENV_VERL)/.installed
-# Infinity 0.0.78 (the embedding server `make bench` compares against) with the ONNX engine.
-# optimum 1.27: Infinity's ONNX graph optimisation calls an OptimizationConfig argument optimum 2
-# removed (with 2.x it logs "Optimization failed" and serves the unoptimised graph); numpy < 2
-# as infinity-emb requires.
+# Infinity 0.0.78 (the embedding server `make bench` compares against) with its ONNX engine.
+# numpy < 2 as infinity-emb requires; datasets (pulled by optimum's onnxruntime extra) needs
+# pyarrow >= 21, which needs numpy >= 2, and nothing Infinity serves with imports it: removed.
 setup-peer: ## Optional: Infinity in .venv-peer, the peer `make bench` measures the service against
 	$(PYTHON) -m venv $(VENV_PEER)
 	$(VENV_PEER)/bin/python -m pip install $(PIP_FLAGS) --upgrade pip
 	$(VENV_PEER)/bin/python -m pip install $(PIP_FLAGS) $(TORCH)
 	$(VENV_PEER)/bin/python -m pip install $(PIP_FLAGS) "infinity-emb[server,torch]==0.0.78" \
-	  "optimum[onnxruntime]==1.27.0" "numpy<2"
+	  "optimum[onnxruntime]==2.1.0" "numpy<2"
+	$(VENV_PEER)/bin/python -m pip uninstall -y -q datasets pyarrow
 setup: setup-main setup-verl ## Create .venv (and .venv-verl) and install every package editable
 
 demo: setup-main ## Local Study: ground truth vs structure reward, 2 seeds; report in out/demo/
@@ -66,10 +66,16 @@ test: test-main test-verl ## Run the full default test suite (both environments)
 test-main: setup-main
 	$(PY) -m pytest --durations=30
 
+# tests/jobs again under verl's stack (the verl image's trainer, evaluation and stores), less the
+# pure ones that test-main already ran with the same meaning: the emulators of the Training
+# Operator and Trainer v2, and the plans computed from a pod's environment (no library involved).
+VERL_SAME_AS_MAIN := test_cluster test_dry_run test_pytorchjob_emulator test_trainjob_emulator \
+	test_verl_trainjob test_verl_worker_exit
+
 test-verl: setup-verl
 	$(PY_VERL) -m pytest --durations=15 tests/sarl/integrations/test_verl.py tests/sarl/integrations/test_verl_config.py \
 	  tests/sarl/integrations/test_verl_terms_loop.py tests/sarl/integrations/test_verl_validity.py \
-	  tests/sarl/integrations/test_verl_votes.py tests/jobs
+	  tests/sarl/integrations/test_verl_votes.py tests/jobs $(VERL_SAME_AS_MAIN:%=--ignore=tests/jobs/%.py)
 
 bench: setup-main ## Benchmarks: structure reward, embedding client and services (vs Infinity if `make setup-peer` ran)
 	$(PY) tests/bench/run_all.py --out out/bench

@@ -10,8 +10,8 @@ while another is measured:
 * ``sarl_torch``: the same with ``--backend torch`` (what the service ran before issue 26);
 * ``infinity_torch`` and ``infinity_onnx``: Infinity (``infinity_emb v2``, ``--engine torch`` /
   ``--engine optimum``, its defaults otherwise) from its own environment, ``.venv-peer``
-  (``make setup-peer``); skipped when that is absent. Infinity's ONNX engine needs an ONNX file
-  in the model directory: optimum exports one into a copy of the bundled model under ``--out``.
+  (``make setup-peer``); skipped when that is absent. Infinity's ONNX engine is handed the ONNX
+  file ``sarl`` runs, in a copy of the bundled model under ``--out`` (see ``_peer_model``).
 
 Workloads (issue 26): ``c1`` one client sending requests of 128 texts one after another; ``c16``
 16 clients each sending requests of 16; ``c64`` 64 clients each sending one text per request.
@@ -128,22 +128,23 @@ def _sarl(key: str, args: tuple[str, ...]) -> Iterator[Server]:
 
 
 def _peer_model(out: Path) -> Path:
-    """A copy of the bundled model with the ONNX file Infinity's optimum engine loads (exported
-    by optimum in the peer's environment), once per ``out``."""
-    from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
+    """A copy of the bundled model with the ONNX file Infinity's optimum engine loads: the same
+    checked file ``sarl`` runs (:mod:`sarl.embedding.onnx_export`), so both servers run the same
+    graph and differ only in serving. (The model has no ONNX file of its own; Infinity 0.0.78's
+    graph optimisation does not run with optimum 2, whose ``OptimizationConfig`` lost an argument
+    it passes, and optimum 1.x does not import with torch 2.13.)"""
+    from sentence_transformers import SentenceTransformer
 
+    from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
+    from sarl.embedding.onnx_export import exported_onnx
+
+    source = resolve_model_path(BUNDLED_MODEL)
     model = out / "peer-model"
-    if not (model / "model.onnx").is_file():
-        shutil.rmtree(model, ignore_errors=True)
-        shutil.copytree(resolve_model_path(BUNDLED_MODEL), model)
-        script = (
-            "import sys; from optimum.onnxruntime import ORTModelForFeatureExtraction as M; "
-            "M.from_pretrained(sys.argv[1], export=True).save_pretrained(sys.argv[1] + '/x')"
-        )
-        subprocess.run([str(PEER_PYTHON), "-c", script, str(model)], check=True, env=_offline())
-        # Infinity matches the file by name from the model directory's root.
-        (model / "x" / "model.onnx").rename(model / "model.onnx")
-        shutil.rmtree(model / "x")
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(source, model)
+    onnx = exported_onnx(SentenceTransformer(str(source), device="cpu"), source)
+    # Infinity matches the file by name from the model directory's root.
+    shutil.copyfile(onnx, model / "model.onnx")
     return model
 
 
@@ -164,6 +165,12 @@ def _infinity(key: str, engine: str, model: Path, out: Path) -> Iterator[Server]
     launch = "import sys; from infinity_emb.cli import cli; sys.argv[0] = 'infinity_emb'; cli()"
     command = [str(PEER_PYTHON), "-c", launch, "v2", "--model-id", "."]
     command += ["--served-model-name", "peer", "--engine", engine, "--device", "cpu"]
+    # Its optimisation fails with optimum 2 anyway (see _peer_model); ONNX Runtime's fused
+    # attention was slower on CPU than this graph (sarl.embedding.onnx_export).
+    command += ["--onnx-disable-optimize"]
+    # The model's own pooling: Infinity's "auto" is CLS pooling on its ONNX engine (different
+    # vectors: cosine ~0.2 to the model's).
+    command += ["--pooling-method", "mean"]
     command += ["--port", str(port), "--host", "127.0.0.1"]
     process = subprocess.Popen(command, cwd=model, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from sarl.embedding.base import EmbeddingError, FloatArray
 from sarl.embedding.encoders import (
+    ROWS_PER_THREAD,
     OnnxEncoder,
     SentenceEncoder,
     TorchEncoder,
@@ -189,7 +190,7 @@ def test_rows_per_call_does_not_change_the_vectors(
     texts = TEXTS[:30] + [t for t in TEXTS if len(t) > 1000][:1]  # one truncated
     ids = encoder.token_ids(texts)
     default = encoder.encode_ids(ids)
-    assert encoder.rows_per_call == 32  # ROWS_PER_THREAD x 1 thread
+    assert encoder.rows_per_call == ROWS_PER_THREAD  # x 1 thread
     monkeypatch.setattr(encoder, "rows_per_call", rows)
     np.testing.assert_allclose(encoder.encode_ids(ids), default, atol=1e-6)
 

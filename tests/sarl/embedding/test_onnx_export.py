@@ -1,5 +1,5 @@
-"""``sarl.embedding.onnx_export``: the export of the bundled all-MiniLM-L6-v2 is fused, checked
-and cached; the cache is reused and keyed by the model's files; a failed check leaves nothing
+"""``sarl.embedding.onnx_export``: the export of the bundled all-MiniLM-L6-v2 is checked and
+cached; the cache is reused and keyed by the model's files; a failed check leaves nothing
 behind and sends ``backend='auto'`` to torch; an unwritable cache falls back to a temporary
 directory. One real export per module (into a directory of this module); the tests that only
 need files to check copy that export instead of exporting again (:func:`_copying_exporter`).
@@ -61,37 +61,30 @@ def exported(model: Any, model_path: Path, cache: Path) -> Path:
         return exported_onnx(model, model_path, cache_dir=cache)
 
 
-def _copying_exporter(
-    monkeypatch: pytest.MonkeyPatch, source: Path, *, fused: bool = False
-) -> list[Path]:
-    """Make ``_export`` copy ``source`` (a real export) and ``_fuse`` copy it too (``fused``) or
-    give nothing, so the check runs on real files without exporting again; returns the paths
-    "exported"."""
+def _copying_exporter(monkeypatch: pytest.MonkeyPatch, source: Path) -> list[Path]:
+    """Make ``_export`` copy ``source`` (a real export), so the check runs on real files without
+    exporting again; returns the paths "exported"."""
     calls: list[Path] = []
 
     def export(model: Any, path: Path) -> None:
         calls.append(path)
         shutil.copyfile(source, path)
 
-    def fuse(model: Any, plain: Path, path: Path) -> Path | None:
-        return Path(shutil.copyfile(source, path)) if fused else None
-
     monkeypatch.setattr(onnx_export, "_export", export)
-    monkeypatch.setattr(onnx_export, "_fuse", fuse)
     return calls
 
 
-def test_export_is_fused_checked_and_cached(exported: Path, model_path: Path, cache: Path) -> None:
+def test_export_is_checked_and_cached(exported: Path, model_path: Path, cache: Path) -> None:
     import onnx
 
     assert exported == cache / model_key(model_path) / "model.onnx"
     assert sorted(p.name for p in exported.parent.iterdir()) == ["check.json", "model.onnx"]
     record = json.loads((exported.parent / "check.json").read_text())
-    assert record["file"] == "fused"  # BERT: ORT's fusions recognised the eager-attention graph
     assert MIN_COSINE <= record["min_cosine"] <= 1.0 + 1e-6
     assert record["texts"] == len(CHECK_TEXTS)
     graph = onnx.load(str(exported)).graph
-    assert Counter(node.op_type for node in graph.node)["Attention"] == 6  # one per layer
+    ops = Counter(node.op_type for node in graph.node)
+    assert ops["Softmax"] == 6 and ops["Attention"] == 0  # eager attention, unfused: one per layer
     assert [i.name for i in graph.input] == ["input_ids", "token_type_ids", "attention_mask"]
 
 
@@ -119,7 +112,7 @@ def test_a_file_without_its_check_record_is_exported_again(
     with one_torch_thread():
         assert exported_onnx(model, model_path, cache_dir=tmp_path) == target / "model.onnx"
     assert len(calls) == 1
-    assert json.loads((target / "check.json").read_text())["file"] == "plain"
+    assert json.loads((target / "check.json").read_text())["min_cosine"] >= MIN_COSINE
 
 
 def _linked_copy(model_path: Path, into: Path) -> Path:
@@ -153,11 +146,11 @@ def test_model_key_follows_the_model_files_and_the_toolchain(
 def test_a_failed_check_raises_naming_the_cosine_and_leaves_no_file(
     exported: Path, model: Any, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both candidates (fused, then plain) are checked and fail: ``MIN_COSINE`` above 1."""
-    _copying_exporter(monkeypatch, exported, fused=True)
+    """The check fails (``MIN_COSINE`` above 1)."""
+    _copying_exporter(monkeypatch, exported)
     monkeypatch.setattr(onnx_export, "MIN_COSINE", 1.1)
     with (
-        pytest.raises(OnnxExportError, match=r"fused: min cosine [01]\.\d{7}; plain: .*>= 1\.1"),
+        pytest.raises(OnnxExportError, match=r"min cosine [01]\.\d{7}; need >= 1\.1"),
         one_torch_thread(),
     ):
         exported_onnx(model, model_path, cache_dir=tmp_path)
