@@ -94,7 +94,7 @@ class SentenceEncoder(ABC):
         if not ids:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        rows = self.rows_per_call
+        rows = self._rows_for(len(ids))
         calls = [order[start : start + rows] for start in range(0, len(order), rows)]
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         for chosen, vectors in zip(calls, self._run_calls(ids, calls), strict=True):
@@ -105,6 +105,10 @@ class SentenceEncoder(ABC):
     def _default_rows(self, threads: int) -> int:
         """Rows per call: a call's ops are split over the intra-op threads."""
         return ROWS_PER_THREAD * threads
+
+    def _rows_for(self, texts: int) -> int:
+        """Rows per call for ``texts`` texts."""
+        return self.rows_per_call
 
     def _run_calls(
         self, ids: Sequence[Sequence[int]], calls: list[list[int]]
@@ -219,6 +223,11 @@ class OnnxEncoder(SentenceEncoder):
 
     def _default_rows(self, threads: int) -> int:
         return ROWS_PER_THREAD  # one call per thread (class doc)
+
+    def _rows_for(self, texts: int) -> int:
+        # Fewer texts than a call per thread: split them evenly, so every thread has a share (a
+        # pass of 3 texts in one call left a core idle: 107 texts/s at 64 clients x 1 text).
+        return max(1, min(self.rows_per_call, -(-texts // self.threads)))
 
     def _run_calls(
         self, ids: Sequence[Sequence[int]], calls: list[list[int]]
