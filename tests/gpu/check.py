@@ -671,7 +671,7 @@ def policy_parameters(ctx: Context) -> int | None:
 
 
 def part_embedding_service(ctx: Context) -> dict[str, Any]:
-    from bench_embedding_service import SERVICE_BATCH, _serve_all, step_texts
+    from bench_embedding_service import Server, _serve_all, step_texts
 
     from sarl_services.testing import running_service
 
@@ -680,11 +680,12 @@ def part_embedding_service(ctx: Context) -> dict[str, Any]:
     figures: dict[str, Any] = {"texts_per_level": s.service_texts, "texts_per_request": per_request}
     args = ["--device", ctx.device]
     with running_service("embedding", args, log_dir=ctx.work, timeout_s=300) as service:
-        warm = step_texts(SERVICE_BATCH * 2, seed=99)
-        asyncio.run(_serve_all(service.url, service.name, warm, 4, per_request))
+        server = Server("sarl", f"{service.url}/v1/embeddings", service.name)
+        warm = step_texts(256, seed=99)
+        asyncio.run(_serve_all(server, warm, 4, per_request))
         for i, clients in enumerate(s.service_clients):
             texts = step_texts(s.service_texts, seed=i)
-            got = asyncio.run(_serve_all(service.url, service.name, texts, clients, per_request))
+            got = asyncio.run(_serve_all(server, texts, clients, per_request))
             figures[f"clients_{clients}"] = {k: round(v, 2) for k, v in got.items()}
             ctx.log(f"embedding service, {clients} clients: {got['texts_per_s']:.0f} texts/s")
     figures["in_process"] = in_process(ctx, step_texts(s.service_texts, seed=50))

@@ -92,3 +92,28 @@ def test_generate_name_and_pod_logs(server: KubeServer, api: client.ApiClient) -
     assert err.value.status == 404
     server.set_log("ns3", "p", "line 1\nline 2\n")
     assert core.read_namespaced_pod_log("p", "ns3") == "line 1\nline 2\n"
+
+
+def test_reactions_match_as_kmock_matches_them(server: KubeServer, api: client.ApiClient) -> None:
+    """The emulator matches each request against the reactions alone (not the whole history,
+    see ``ReactionPerRequest``) with kmock's outcome: a test's reaction on a filter answers
+    before the emulation, a sliced one (kmock's own check) only its first request, and every
+    request stays in the history the RBAC tests read."""
+    import kmock
+
+    core = client.CoreV1Api(api)
+    core.create_namespaced_config_map("ns4", {"metadata": {"name": "c"}})
+    core.create_namespaced_config_map("ns5", {"metadata": {"name": "c"}})
+    before = server.call(lambda em: len(list(em)))
+    server.call(lambda em: em[kmock.namespace("ns4"), "get"] << 418)
+    server.call(lambda em: em[kmock.namespace("ns5"), "get"][:1] << 418)
+    for namespace, statuses in (("ns4", [418, 418]), ("ns5", [418, 200])):
+        got = []
+        for _ in statuses:
+            try:
+                core.read_namespaced_config_map("c", namespace)
+                got.append(200)
+            except client.ApiException as e:
+                got.append(e.status)
+        assert got == statuses, namespace
+    assert server.call(lambda em: len(list(em))) == before + 4
