@@ -212,6 +212,23 @@ def test_an_unwritable_cache_falls_back_to_a_temporary_directory(
     assert not (parent / "onnx").is_dir()
 
 
+def test_nowhere_to_write_sends_auto_to_torch(
+    exported: Path, model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither the cache nor a temporary directory can be written (a file stands where each
+    directory should be): an OnnxExportError, so ``auto`` stays on torch instead of failing."""
+    import tempfile
+
+    (tmp_path / "onnx").write_text("")
+    (tmp_path / "tmp").write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    _copying_exporter(monkeypatch, exported)
+    with one_torch_thread():
+        assert isinstance(load_encoder(model_path, cache_dir=tmp_path / "onnx"), TorchEncoder)
+        with pytest.raises(EmbeddingError, match="nor a temporary directory is writable"):
+            load_encoder(model_path, backend="onnx", cache_dir=tmp_path / "onnx")
+
+
 def test_cache_root_is_the_argument_then_the_environment_then_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

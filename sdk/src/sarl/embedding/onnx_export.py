@@ -110,7 +110,10 @@ def _writable(target: Path) -> Path:
         with tempfile.TemporaryFile(dir=target):
             return target
     except OSError:
-        fallback = Path(tempfile.mkdtemp(prefix="sarl-onnx-"))
+        try:
+            fallback = Path(tempfile.mkdtemp(prefix="sarl-onnx-"))
+        except OSError as e:  # nowhere to write: the auto backend stays on torch
+            raise OnnxExportError(f"neither {target} nor a temporary directory is writable") from e
         atexit.register(shutil.rmtree, fallback, ignore_errors=True)
         _LOG.warning("cache %s is not writable; exporting to %s for this process", target, fallback)
         return fallback
