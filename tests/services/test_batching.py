@@ -167,14 +167,24 @@ def test_a_text_pending_for_two_requests_is_encoded_once() -> None:
     assert encoder.passes == [["busy"], ["x", "y", "z"]]
 
 
+#: 40 texts of 5 tokens: 2 s of work at the ordering tests' 100 tokens/s.
+HUGE = [f"h{i:02d}" for i in range(40)]
+
+
+def _ordered_batcher(encoder: Encoder, clock: Clock) -> Batcher:
+    """Passes of 8 texts at a rate of 100 tokens/s on ``clock``, so expected finish times
+    (arrival + tokens / rate) are whole numbers the ordering tests reason with."""
+    return _batcher(encoder, max_batch_size=8, rate=100.0, deadline_s=1000, clock=clock)
+
+
 def test_a_small_request_is_not_starved_behind_a_huge_one() -> None:
     encoder = Encoder(hold=True)
-    huge = [f"h{i:02d}" for i in range(40)]
+    huge = HUGE
     clock = Clock()
 
     async def main() -> None:
         # 5 tokens per text at 100 tokens/s: the huge request is 2 s of work.
-        batcher = _batcher(encoder, max_batch_size=8, rate=100.0, deadline_s=1000, clock=clock)
+        batcher = _ordered_batcher(encoder, clock)
         big = _submit(batcher, huge)
         await encoder.pass_started()  # the first 8 of the huge request
         clock.now = 0.5  # it would finish at 2.0 alone; the small one at 0.6
@@ -194,11 +204,11 @@ def test_a_small_request_is_not_starved_behind_a_huge_one() -> None:
 
 def test_a_huge_request_that_waited_its_own_work_is_not_overtaken() -> None:
     encoder = Encoder(hold=True)
-    huge = [f"h{i:02d}" for i in range(40)]
+    huge = HUGE
     clock = Clock()
 
     async def main() -> None:
-        batcher = _batcher(encoder, max_batch_size=8, rate=100.0, deadline_s=1000, clock=clock)
+        batcher = _ordered_batcher(encoder, clock)
         first = _submit(batcher, ["first"])
         await encoder.pass_started()
         big = _submit(batcher, huge)  # arrives at 0: would finish at 2.0 alone
@@ -224,7 +234,7 @@ def test_equal_requests_are_served_in_arrival_order_each_in_one_pass() -> None:
     requests = [[f"r{r}t{i}" for i in range(4)] for r in range(4)]
 
     async def main() -> None:
-        batcher = _batcher(encoder, max_batch_size=8, rate=100.0, deadline_s=1000, clock=clock)
+        batcher = _ordered_batcher(encoder, clock)
         first = _submit(batcher, ["first"])
         await encoder.pass_started()
         tasks = []
