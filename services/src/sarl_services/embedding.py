@@ -245,7 +245,7 @@ class EmbeddingModel(kserve.Model):  # type: ignore[misc]  # kserve ships no typ
 
     def _encode_pass(self, ids: list[list[int]]) -> FloatArray:
         """Unit-norm ``(len(ids), dim)`` rows for one pass of the batcher (the model thread
-        only): sorted by length, in calls of ``ROWS_PER_THREAD`` rows per thread."""
+        only): sorted by length, in the encoder's calls (``sarl.embedding.encoders``)."""
         assert self.encoder is not None, "load() first"
         return self.encoder.encode_ids(ids)
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from sarl.embedding.base import EmbeddingError, FloatArray
 from sarl.embedding.encoders import (
+    ONNX_ROWS_PER_CALL,
     ROWS_PER_THREAD,
     OnnxEncoder,
     SentenceEncoder,
@@ -183,6 +184,25 @@ def test_encode_ids_keeps_the_input_order(
     assert np.all(np.sum(together[:, None] * alone[None], axis=2).argmax(axis=1) == range(6))
 
 
+def test_calls_run_longest_first(encoder: SentenceEncoder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls are handed to the threads longest first (so threads running calls side by side
+    finish together), each call a run of texts of neighbouring lengths."""
+    texts = [" ".join(["word"] * n) for n in (3, 40, 9, 25, 1, 17, 33, 5)]
+    ids = encoder.token_ids(texts)
+    monkeypatch.setattr(encoder, "rows_per_call", 3)
+    seen: list[list[int]] = []
+    forward = encoder._forward
+
+    def record(input_ids: np.ndarray, mask: np.ndarray) -> FloatArray:
+        seen.append(mask.sum(axis=1).tolist())
+        return forward(input_ids, mask)
+
+    monkeypatch.setattr(encoder, "_forward", record)
+    encoder.encode_ids(ids)
+    lengths = sorted((len(i) for i in ids), reverse=True)
+    assert seen == [lengths[0:3], lengths[3:6], lengths[6:8]]
+
+
 @pytest.mark.parametrize("rows", [1, 7])
 def test_rows_per_call_does_not_change_the_vectors(
     encoder: SentenceEncoder, rows: int, monkeypatch: pytest.MonkeyPatch
@@ -190,7 +210,8 @@ def test_rows_per_call_does_not_change_the_vectors(
     texts = TEXTS[:30] + [t for t in TEXTS if len(t) > 1000][:1]  # one truncated
     ids = encoder.token_ids(texts)
     default = encoder.encode_ids(ids)
-    assert encoder.rows_per_call == ROWS_PER_THREAD  # x 1 thread
+    default_rows = ONNX_ROWS_PER_CALL if encoder.backend == "onnx" else ROWS_PER_THREAD  # x 1
+    assert encoder.rows_per_call == default_rows
     monkeypatch.setattr(encoder, "rows_per_call", rows)
     np.testing.assert_allclose(encoder.encode_ids(ids), default, atol=1e-6)
 
