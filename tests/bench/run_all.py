@@ -4,7 +4,8 @@ Writes ``<out>/structure.json`` with at least ``naive_ms_per_response``,
 ``fast_ms_per_response``, ``speedup``, ``scores_identical``, the same path before issue 26 item 2
 timed in the same rounds (``before_ms_per_response``, ``speedup_vs_before``,
 ``identical_to_before``; ``n_init_10_*`` for ``kmeans_n_init`` 10; ``target_met``: 0.15 ms per
-response) and ``embedding_speedup``,
+response; ``gram_ms_per_response``: the Gram matrices alone, the floor with identical scores) and
+``embedding_speedup``,
 ``<out>/kmeans_restarts.json`` with SR's spread under KMeans reseeding and the cost of
 ``kmeans_n_init`` 1, 3 and 10 at paper scale (the measurement behind the ``paper-*-math`` presets'
 restarts; ``--kmeans-full`` for the larger run), ``<out>/rewards.json`` with each text-only
@@ -76,6 +77,7 @@ def main() -> None:
         target = (
             f"; target <= {structure['target_ms_per_response']:.2f} ms: "
             + ("met" if structure["target_met"] else "missed")
+            + f" (Gram matrices alone: {structure['gram_ms_per_response']:.3f} ms)"
             if n_init == 1
             else ""
         )

@@ -3,6 +3,9 @@
 Called once by :meth:`sarl_services.embedding.EmbeddingModel.load` (and by the embedding
 benchmark, to measure the in-process ceiling with the same settings), before the model loads.
 
+The count sizes both backends of :mod:`sarl.embedding.encoders`: torch's intra-op pool, and
+for ONNX Runtime the number of single-threaded calls run at once.
+
 * **intra-op threads = the cores this process may use**: its CPU affinity
   (``os.sched_getaffinity``), capped by the cgroup CPU quota rounded up (a Kubernetes CPU
   limit). torch's own default is the number of *physical cores of the host*: in a pod limited
@@ -11,10 +14,12 @@ benchmark, to measure the in-process ceiling with the same settings), before the
   ``--torch-threads`` overrides it (e.g. 1 when other busy processes share the same cores).
 * **inter-op threads = 1**: the model is called from a single worker thread
   (:mod:`sarl_services.batching`) and a BERT forward pass issues its ops one after another, so
-  an inter-op pool only adds idle threads that compete with the intra-op ones.
+  an inter-op pool only adds idle threads that compete with the intra-op ones (ONNX Runtime
+  sessions get one intra-op and one inter-op thread each: the encoder runs calls side by side
+  instead).
 * **tokenizers single-threaded** (``TOKENIZERS_PARALLELISM=false``): requests are tokenized
-  (to count their tokens) on their own thread *while* a forward pass already has every core;
-  the Rust tokenizer's thread pool would size itself to the host's cores as well.
+  (their ids are what the model then runs) on their own thread *while* a forward pass already
+  has every core; the Rust tokenizer's thread pool would size itself to the host's cores.
 """
 
 from __future__ import annotations
