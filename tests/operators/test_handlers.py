@@ -10,15 +10,20 @@ server, a real MLflow server) is exercised in ``test_operator.py``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
 import pytest
 
 from sarl_operator import builders, experiment_handlers, handlers
-from sarl_operator.kube import MissingApiError
-from sarl_operator.reconcile import TRACKING_RETRY_DELAY_S, Settings, status_interval_s
+from sarl_operator.kube import MissingApiError, VersionConflictError
+from sarl_operator.reconcile import (
+    STATUS_WRITE_TRIES,
+    TRACKING_RETRY_DELAY_S,
+    Settings,
+    status_interval_s,
+)
 from sarl_operator.tracking import Progress, RunRef, TrackingError
 from tests.operators.cases import CASES, IMAGE, NAMESPACE, PLATFORM
 
@@ -49,7 +54,8 @@ class FakeApi:
     emulated only as far as ``ready_isvcs``: InferenceServices report Ready when created.
     Kinds in ``missing_kinds`` raise MissingApiError, as the dynamic client does for a kind
     whose CRD is not installed; so do Kubeflow Trainer v2's unless ``trainer_v2`` (by default a
-    Training Operator v1 cluster, where ``job_kind: auto`` means PyTorchJob)."""
+    Training Operator v1 cluster, where ``job_kind: auto`` means PyTorchJob). Status writes
+    (:meth:`patch_status`, :meth:`put_status`) give the object a new ``resourceVersion``."""
 
     def __init__(
         self,
@@ -61,6 +67,7 @@ class FakeApi:
     ) -> None:
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, str]] = []
+        self.versions = 0
         self.ready_isvcs = ready_isvcs
         v2_kinds = frozenset() if trainer_v2 else frozenset({"TrainJob", "ClusterTrainingRuntime"})
         self.missing_kinds = missing_kinds | v2_kinds
@@ -101,6 +108,28 @@ class FakeApi:
         self.objects[self._key(obj)].update(copy.deepcopy(dict(obj)))
         self.writes.append(("patch", obj["kind"]))
         return dict(obj)
+
+    def patch_status(self, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+        """Refused when the stored object's resourceVersion is not ``obj``'s, as the API server
+        refuses a merge patch carrying another one."""
+        self._check(obj["kind"])
+        stored = self.objects[self._key(obj)]
+        if stored["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            raise VersionConflictError(obj)
+        self.writes.append(("patch_status", obj["kind"]))
+        return self.put_status(self._key(obj), status)
+
+    def put_status(
+        self, key: tuple[str, str, str, str], status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge ``status`` into the stored object's status, unguarded: what kopf does with the
+        ``patch`` a handler filled (a merge patch; a list such as ``conditions`` is replaced)."""
+        stored = self.objects[key]
+        merged = {**(stored.get("status") or {}), **copy.deepcopy(dict(status))}
+        stored["status"] = {k: v for k, v in merged.items() if v is not None}
+        self.versions += 1
+        stored["metadata"]["resourceVersion"] = str(self.versions)
+        return copy.deepcopy(stored)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         self._check(kind)
@@ -366,6 +395,10 @@ def test_settings_pick_the_image_per_backend() -> None:
 
 
 def _conditions(patch: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The written conditions by type; each type at most once (the CRD's conditions list is a
+    map keyed by type, and a client reading it takes the first)."""
+    types = [c["type"] for c in patch["status"]["conditions"]]
+    assert len(types) == len(set(types)), f"a condition type written twice: {types}"
     return {c["type"]: c for c in patch["status"]["conditions"]}
 
 
@@ -500,6 +533,141 @@ def test_timer_ignores_a_job_of_another_owner() -> None:
         post_event=lambda _obj, *event: events.append(event),
     )  # fmt: skip
     assert patch["status"]["phase"] == "Pending"
+
+
+EXPERIMENT = ("sarl.dev/v1alpha1", "Experiment")
+
+
+def _stored(api: FakeApi, body: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """``body`` as the API server holds it (the status timer reads it there); its key."""
+    key = (*EXPERIMENT, NAMESPACE, body["metadata"]["name"])
+    api.objects[key] = copy.deepcopy(dict(body))
+    return key
+
+
+def _tick(
+    body: Mapping[str, Any],
+    api: FakeApi,
+    events: list[tuple[str, ...]],
+    settings: Settings = SETTINGS,
+) -> dict[str, Any]:
+    """One status timer tick given kopf's ``body``; kopf's patch is then applied as kopf applies
+    it (an unguarded merge patch of the status)."""
+    patch: dict[str, Any] = {}
+    experiment_handlers.refresh(
+        body, patch, api, settings=settings, post_event=lambda _obj, *event: events.append(event)
+    )
+    if patch.get("status"):
+        api.put_status((*EXPERIMENT, NAMESPACE, body["metadata"]["name"]), patch["status"])
+    return patch
+
+
+class _WritesDuringTick(FakeApi):
+    """Runs the next of ``during`` at each read of a PyTorchJob: a write to the Experiment that
+    lands after the tick read the Experiment and before it writes the status."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.during: list[Callable[[], object]] = []
+
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind == "PyTorchJob" and self.during:
+            self.during.pop(0)()
+        return super().get(api_version, kind, namespace, name)
+
+
+def _running(api: FakeApi, name: str) -> None:
+    """What the Training Operator writes once the job's pods run."""
+    job = api.objects[("kubeflow.org/v1", "PyTorchJob", NAMESPACE, name)]
+    job["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+
+
+def test_a_tick_on_a_stale_body_keeps_the_condition_reconcile_wrote_since() -> None:
+    """The CI race (test_operator's MLflow-down test taking ~34 s): kopf hands a timer the body
+    of the last watch event it processed (kopf 1.45.2 ``_core/engines/daemons.py``,
+    ``DaemonsMemory.live_fresh_body``, replaced in ``_core/reactor/processing.py``), so a tick
+    can start from a copy older than the status reconcile has just patched. Here it holds the
+    Experiment as created while the API holds reconcile's ``TrackingReady=False`` (MLflow
+    down). kopf merge-patches what a handler puts in ``patch`` and a merge patch replaces a list
+    whole: a tick computing ``conditions`` from the stale copy erased TrackingReady until the
+    next tracking retry (30 s). Kubernetes API: the in-memory fake."""
+    api, events = FakeApi(), list[tuple[str, ...]]()
+    settings = Settings(verl_image=IMAGE, platform=PLATFORM, tracking_uri="http://x")
+    created = _body("sarl-grpo-math")
+    key = _stored(api, created)
+    patch: dict[str, Any] = {}
+    with pytest.raises(kopf.TemporaryError):
+        experiment_handlers.reconcile(
+            copy.deepcopy(created),
+            patch,
+            api,
+            settings=settings,
+            post_event=lambda _obj, *event: events.append(event),
+            tracker_factory=lambda _uri: FakeTracker(down=True),
+        )
+    api.put_status(key, patch["status"])  # kopf applies reconcile's patch
+    events.clear()
+    _tick(created, api, events, settings)  # the timer still holds the body as created
+    status = api.objects[key]["status"]
+    tracking = next((c for c in status.get("conditions") or [] if c["type"] == "TrackingReady"), {})
+    assert (tracking.get("status"), tracking.get("reason")) == ("False", "TrackingUnavailable")
+    assert status["phase"] == "Pending" and events == []
+
+
+def test_a_status_written_while_a_tick_runs_is_kept_and_the_tick_recomputes() -> None:
+    """A write landing after the tick read the Experiment and before its own write: the tick's
+    write carries the resourceVersion it read, is refused (409), and the tick reads the
+    Experiment again and recomputes. Kubernetes API: the in-memory fake, which refuses a stale
+    resourceVersion as the API server does."""
+    api, events = _WritesDuringTick(), list[tuple[str, ...]]()
+    body = _body("sarl-grpo-math")
+    key = _stored(api, body)
+    api.put_status(key, _reconcile(copy.deepcopy(body), api, events)["status"])
+    kopf_body = copy.deepcopy(api.objects[key])  # StorageReady=True, phase Pending
+    # The Secret is deleted; the next reconcile (a spec update) reports it. Its patch lands while
+    # the timer reads the job, which has started running meanwhile.
+    del api.objects[("v1", "Secret", NAMESPACE, PLATFORM.s3_credentials_secret)]
+    newer: dict[str, Any] = {}
+    with pytest.raises(kopf.TemporaryError):
+        experiment_handlers.reconcile(
+            copy.deepcopy(kopf_body), newer, api, settings=SETTINGS, post_event=lambda *_: None
+        )
+    _running(api, "sarl-grpo-math")
+    api.during.append(lambda: api.put_status(key, newer["status"]))
+    events.clear()
+    patch = _tick(kopf_body, api, events)
+    status = api.objects[key]["status"]
+    storage = next(c for c in status["conditions"] if c["type"] == "StorageReady")
+    assert (storage["status"], storage["reason"]) == ("False", "SecretMissing")
+    assert status["phase"] == "Running"
+    assert events == [("Normal", "PhaseRunning", "phase Pending -> Running")]
+    assert patch == {}  # written by the tick itself, not through kopf's unguarded patch
+
+
+def test_a_tick_that_loses_every_race_writes_nothing_and_leaves_it_to_the_next() -> None:
+    """Another writer at each try: no status written, no error (the next tick tries again).
+    Kubernetes API: the in-memory fake."""
+    api, events = _WritesDuringTick(), list[tuple[str, ...]]()
+    body = _body("sarl-grpo-math")
+    key = _stored(api, body)
+    api.put_status(key, _reconcile(copy.deepcopy(body), api, events)["status"])
+    _running(api, "sarl-grpo-math")
+    api.during.extend(lambda: api.put_status(key, {}) for _ in range(10))
+    events.clear()
+    _tick(copy.deepcopy(api.objects[key]), api, events)
+    assert len(api.during) == 10 - STATUS_WRITE_TRIES
+    assert ("patch_status", "Experiment") not in api.writes
+    assert api.objects[key]["status"]["phase"] == "Pending" and events == []
+
+
+def test_a_tick_for_a_deleted_experiment_writes_nothing() -> None:
+    """kopf may tick once more after the object is gone. Kubernetes API: the in-memory fake."""
+    api, events = FakeApi(), list[tuple[str, ...]]()
+    body = _body("sarl-grpo-math")
+    body["status"] = _reconcile(body, api, events)["status"]
+    _running(api, "sarl-grpo-math")
+    assert _tick(body, api, events) == {}
+    assert ("patch_status", "Experiment") not in api.writes
 
 
 @pytest.mark.parametrize(

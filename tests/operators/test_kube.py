@@ -16,11 +16,13 @@ from sarl_operator.kube import (
     DynamicKubeApi,
     ForeignOwnerError,
     MissingApiError,
+    VersionConflictError,
     apply,
     controlled_by,
 )
 from tests.support.kube_server import (
     CONFIGMAPS,
+    EXPERIMENTS,
     PYTORCHJOBS,
     SARL_RESOURCES,
     WORKLOADS,
@@ -97,3 +99,26 @@ def test_list_returns_the_namespaces_objects(api: DynamicKubeApi, server: KubeSe
     assert api.list("kueue.x-k8s.io/v1beta2", "Workload", "elsewhere") == []
     with pytest.raises(MissingApiError):
         api.list("kubeflow.org/v1", "PyTorchJob", NAMESPACE)
+
+
+def test_patch_status_is_refused_once_the_object_changed(
+    api: DynamicKubeApi, server: KubeServer
+) -> None:
+    """A status write guarded by the resourceVersion read (the status timers' write): refused,
+    as VersionConflictError, once another write changed the object (kmock's emulator checks the
+    precondition as the API server does, 409 Conflict)."""
+    exp = {"apiVersion": "sarl.dev/v1alpha1", "kind": "Experiment",
+           "metadata": {"name": "guarded", "namespace": NAMESPACE}, "spec": {}}  # fmt: skip
+    api.create(exp)
+    read = api.get("sarl.dev/v1alpha1", "Experiment", NAMESPACE, "guarded")
+    assert read is not None
+    ready = [{"type": "Ready", "status": "True", "reason": "SpecValid"}]
+    written = api.patch_status(read, {"phase": "Pending", "conditions": ready})
+    assert written["status"] == {"phase": "Pending", "conditions": ready}
+    assert written["metadata"]["resourceVersion"] != read["metadata"]["resourceVersion"]
+    with pytest.raises(VersionConflictError, match="Experiment team-a/guarded changed since"):
+        api.patch_status(read, {"phase": "Running", "conditions": []})  # read before that write
+    assert server.objects(EXPERIMENTS, NAMESPACE)["guarded"]["status"]["conditions"] == ready
+    assert api.patch_status(written, {"phase": "Running"})["status"]["phase"] == "Running"
+    with pytest.raises(ValueError, match="no metadata.resourceVersion"):
+        api.patch_status(exp, {"phase": "Failed"})

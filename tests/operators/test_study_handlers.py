@@ -33,6 +33,7 @@ SETTINGS = Settings(
     ui_url="https://mlflow.example.com",
 )
 EXPERIMENT = ("sarl.dev/v1alpha1", "Experiment")
+STUDY = ("sarl.dev/v1alpha1", "Study")
 
 
 class StudyTracker:
@@ -53,7 +54,8 @@ class StudyTracker:
 
 
 class Harness:
-    """A Study body whose status follows the patches, the fake API, the events, the tracker."""
+    """A Study held by the fake API (``body`` is kopf's copy of it, which reconcile gets and
+    the test may edit), the events, the tracker. kopf's patches are applied to both."""
 
     def __init__(self, doc: dict[str, Any], tracker: StudyTracker | None = None) -> None:
         self.body: dict[str, Any] = {
@@ -68,6 +70,8 @@ class Harness:
             "spec": doc["spec"],
         }
         self.api = FakeApi()
+        self.key = (*STUDY, NAMESPACE, doc["metadata"]["name"])
+        self.api.objects[self.key] = copy.deepcopy(self.body)
         self.events: list[tuple[str, ...]] = []
         self.tracker = tracker or StudyTracker()
 
@@ -75,6 +79,9 @@ class Harness:
         self.events.append(event)
 
     def _apply(self, patch: dict[str, Any]) -> dict[str, Any]:
+        """What kopf does with the patch: an unguarded merge patch of the Study's status."""
+        if patch.get("status"):
+            self.api.put_status(self.key, patch["status"])
         self.body["status"] = {**(self.body.get("status") or {}), **patch.get("status", {})}
         return patch
 
@@ -93,10 +100,22 @@ class Harness:
             self._apply(patch)
         return patch
 
-    def refresh(self, settings: Settings = SETTINGS) -> dict[str, Any]:
+    def refresh(self, settings: Settings = SETTINGS, body: Mapping[str, Any] | None = None) -> None:
+        """A timer tick given kopf's copy ``body`` (default: :attr:`body`, which the API server
+        then holds too: the test's edits of it)."""
+        if body is None:
+            self.api.objects[self.key] = copy.deepcopy(self.body)
         patch: dict[str, Any] = {}
-        study_handlers.refresh(self.body, patch, self.api, settings=settings, post_event=self._post)
-        return self._apply(patch)
+        study_handlers.refresh(
+            copy.deepcopy(dict(body or self.body)),
+            patch,
+            self.api,
+            settings=settings,
+            post_event=self._post,
+        )
+        if patch.get("status"):
+            self.api.put_status(self.key, patch["status"])
+        self.body = copy.deepcopy(self.api.objects[self.key])
 
     def experiments(self) -> dict[str, dict[str, Any]]:
         return {k[3]: v for k, v in self.api.objects.items() if k[:2] == EXPERIMENT}
@@ -341,3 +360,24 @@ def test_a_spec_is_validated_and_expanded_once_not_at_every_tick(
     for _ in range(3):
         h.refresh()
     assert loads == ["high"]
+
+
+def test_a_tick_on_a_stale_body_keeps_the_condition_reconcile_wrote_since() -> None:
+    """kopf hands the timer the body of the last watch event it processed (kopf 1.45.2
+    ``_core/engines/daemons.py``, ``DaemonsMemory.live_fresh_body``), which may predate the
+    status reconcile has just patched; kopf merge-patches the timer's ``patch``, and the
+    ``conditions`` list replaces the whole list. A tick holding the Study as created must keep
+    reconcile's ``TrackingReady`` (here False: no MLflow configured), which only reconcile
+    computes. Kubernetes API: the in-memory fake."""
+    settings = Settings(verl_image=IMAGE, platform=PLATFORM)
+    h = Harness(small_doc("stale", seeds=1))
+    created = copy.deepcopy(h.body)
+    h.reconcile(settings)
+    h.set_phase("stale-low-s0", "Running")  # the tick has a count to write
+    h.refresh(settings, body=created)
+    tracking = next(
+        (c for c in h.status.get("conditions") or [] if c["type"] == "TrackingReady"), {}
+    )
+    assert (tracking.get("status"), tracking.get("reason")) == ("False", "TrackingNotConfigured")
+    assert h.status["running"] == 1
+    assert ("patch_status", "Study") in h.api.writes

@@ -101,14 +101,16 @@ SARL_RESOURCES: tuple[Resource, ...] = (
 def _emulator_class() -> Any:
     """kmock's emulator plus what clients rely on from a real API server: ``uid``,
     ``creationTimestamp``, ``generateName``, ``generation`` (bumped on spec changes) and
-    ``resourceVersion`` on writes, ``kind``/``apiVersion`` on lists, and pod logs
-    (``set_log``)."""
+    ``resourceVersion`` on writes (status writes included), a ``metadata.resourceVersion`` in
+    a patch as a precondition (409 Conflict when the object has another: optimistic
+    concurrency, as the operator's status timers use it), ``kind``/``apiVersion`` on lists,
+    and pod logs (``set_log``)."""
     import datetime
     import itertools
     import uuid
 
     import kmock
-    from kmock._internal import apps, dsl, enums, rendering
+    from kmock._internal import apps, dsl, enums, k8s, rendering
 
     class ReactionPerRequest(apps.RawHandler):
         """kmock's reaction matching, asked of the new request alone.
@@ -171,6 +173,10 @@ def _emulator_class() -> Any:
 
         async def _handle(self, request: Any) -> Any:
             res, data = request.resource, request.data
+            if res is not None and isinstance(data, dict) and request.action == enums.action.UPDATE:
+                self._check_version(res, request.namespace, request.name, data)
+                if request.subresource == "status":
+                    data.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
             if res is not None and isinstance(data, dict) and request.subresource is None:
                 meta = data.setdefault("metadata", {})
                 if request.action == enums.action.CREATE:
@@ -206,6 +212,30 @@ def _emulator_class() -> Any:
 
                 return aiohttp.web.Response(text=text, content_type="text/plain")
             return await super()._handle(request)
+
+        def _check_version(
+            self, res: Any, namespace: str | None, name: str | None, data: dict[str, Any]
+        ) -> None:
+            """The API server's precondition: a write naming ``metadata.resourceVersion`` is
+            refused (409) unless the object still has that version. Checked before kmock takes
+            its lock for the write: one event loop, and no await in between here, but a write
+            waiting on that lock could still come first (a stand-in, not a guarantee)."""
+            wanted = (data.get("metadata") or {}).get("resourceVersion")
+            if wanted is None or name is None:
+                return
+            key = (res, namespace, name)
+            if key not in self.objects or self.objects[key].deleted:
+                return
+            stored = (self.objects[key].raw.get("metadata") or {}).get("resourceVersion")
+            if str(wanted) != str(stored):
+                raise k8s.KubernetesObjectConflictError(
+                    reason="Conflict",
+                    message=(
+                        f"Operation cannot be fulfilled on {res.plural} {name!r}: the object has "
+                        "been modified; please apply your changes to the latest version and try "
+                        "again"
+                    ),
+                )
 
         async def _serve_list(self, request: Any) -> Any:
             out: dict[str, Any] = await super()._serve_list(request)  # type: ignore[assignment]

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("kmock")
 from kubernetes import client, config, dynamic
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
 from tests.support.kube_server import CONFIGMAPS, EXPERIMENTS, KubeServer, kube_server
 
@@ -117,3 +117,28 @@ def test_reactions_match_as_kmock_matches_them(server: KubeServer, api: client.A
                 got.append(e.status)
         assert got == statuses, namespace
     assert server.call(lambda em: len(list(em))) == before + 4
+
+
+def test_status_writes_bump_the_version_and_a_stale_version_conflicts(
+    server: KubeServer, api: client.ApiClient
+) -> None:
+    """Status writes get a new resourceVersion, and a patch naming another resourceVersion than
+    the object's is refused with 409, as the API server does (optimistic concurrency)."""
+    exps = dynamic.DynamicClient(api).resources.get(
+        api_version="sarl.dev/v1alpha1", kind="Experiment"
+    )
+    made = exps.create(body=_exp("rv"), namespace="ns1").to_dict()
+    version = made["metadata"]["resourceVersion"]
+    merge = "application/merge-patch+json"
+    guarded = {"metadata": {"resourceVersion": version}, "status": {"phase": "Pending"}}
+    out = exps.status.patch(body=guarded, name="rv", namespace="ns1", content_type=merge)
+    newer = out.to_dict()["metadata"]["resourceVersion"]
+    assert int(newer) > int(version)
+    with pytest.raises(ConflictError):
+        exps.status.patch(body=guarded, name="rv", namespace="ns1", content_type=merge)
+    with pytest.raises(ConflictError):
+        exps.patch(body={**guarded, "spec": {}}, name="rv", namespace="ns1", content_type=merge)
+    unguarded = {"status": {"phase": "Running"}}
+    out = exps.status.patch(body=unguarded, name="rv", namespace="ns1", content_type=merge)
+    assert out.to_dict()["status"]["phase"] == "Running"
+    assert server.objects(EXPERIMENTS, "ns1")["rv"]["metadata"]["resourceVersion"] != newer

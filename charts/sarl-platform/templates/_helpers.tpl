@@ -137,13 +137,14 @@ are never read.
 */}}
 {{- define "sarl-platform.operatorRules" -}}
 # kopf lists and watches Experiments and Studies and patches them (finalizers, annotations;
-# status through the subresource); a Study's handlers get and create its arm x seed Experiments.
+# status through the subresource); a Study's handlers get and create its arm x seed Experiments;
+# the status timers get the object itself before writing its status.
 - apiGroups: ["sarl.dev"]
   resources: ["experiments"]
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["sarl.dev"]
   resources: ["studies"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["sarl.dev"]
   resources: ["experiments/status", "studies/status"]
   verbs: ["patch"]

@@ -39,8 +39,11 @@ conditions from the training job (with a Kueue queue: phase ``Queued`` and condi
 ``Admitted`` from its Workload), lastStep/lastReward from the MLflow run (a failed read keeps
 the last values), and, once training Succeeded with cluster benchmarks in the spec, the
 evaluation Job (reported as condition ``Evaluated``); the conditions read besides the job are
-:mod:`sarl_operator.experiment_conditions`. The work is in :func:`reconcile` and
-:func:`refresh_status`, which take the Kubernetes API and the MLflow client factory as
+:mod:`sarl_operator.experiment_conditions`. The timer computes the status from the Experiment
+as it reads it from the API at that tick, not from kopf's copy (which may predate a condition
+reconcile has just written), and writes it only if the Experiment has not changed since
+(:func:`~sarl_operator.reconcile.write_fresh_status`). The work is in :func:`reconcile` and
+:func:`observed_status`, which take the Kubernetes API and the MLflow client factory as
 arguments, so tests call them with fakes or point them at test servers.
 """
 
@@ -81,6 +84,7 @@ from sarl_operator.reconcile import (
     patch_status,
     tracked_run,
     tracking_unavailable,
+    write_fresh_status,
 )
 from sarl_operator.status import condition, desired_status, job_phase, run_ended
 from sarl_operator.tracking import MlflowTracking, Progress, RunRef, TrackingError
@@ -88,6 +92,7 @@ from sarl_operator.tracking import MlflowTracking, Progress, RunRef, TrackingErr
 log = logging.getLogger(__name__)
 
 PLURAL: Final = "experiments"
+KIND: Final = "Experiment"
 #: What to install when the cluster does not serve a child's kind (README: cluster section).
 REQUIREMENTS: Final[Mapping[str, str]] = {
     "PyTorchJob": "the Kubeflow Training Operator v1.7 or later (v1.9.0 tested), e.g. "
@@ -255,7 +260,9 @@ def reconcile(
     own = [ready, tracking]
 
     def wait(cond: dict[str, Any], message: str) -> kopf.TemporaryError:
-        refreshed(conditions=[*own, cond], run_id=run_id, run_url=url, job_kind=kind)
+        # ``cond`` may be in ``own`` already: each condition type once in the status.
+        waiting = [*(c for c in own if c["type"] != cond["type"]), cond]
+        refreshed(conditions=waiting, run_id=run_id, run_url=url, job_kind=kind)
         return kopf.TemporaryError(message, delay=settings.retry_delay_s)
 
     try:
@@ -334,8 +341,40 @@ def refresh_status(
     progress: Progress | None = None,
     job_kind: str | None = None,
 ) -> None:
-    """Read the training (and evaluation) job and patch the Experiment status when it changed.
-    ``run_id``/``run_url`` None: those of the current status; ``job_kind`` None: chosen by
+    """Reconcile's status write: :func:`observed_status` put into kopf's ``patch`` when it
+    changed, with an Event per transition (:func:`~sarl_operator.reconcile.patch_status`)."""
+    desired = observed_status(
+        body,
+        api,
+        exp=exp,
+        settings=settings,
+        post_event=post_event,
+        conditions=conditions,
+        run_id=run_id,
+        run_url=run_url,
+        progress=progress,
+        job_kind=job_kind,
+    )
+    patch_status(body, patch, desired, post_event)
+
+
+def observed_status(
+    body: Mapping[str, Any],
+    api: KubeApi,
+    *,
+    exp: Experiment,
+    settings: Settings,
+    post_event: PostEvent,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    run_id: str | None = None,
+    run_url: str | None = None,
+    progress: Progress | None = None,
+    job_kind: str | None = None,
+) -> dict[str, Any]:
+    """The status the Experiment should show, from its training (and evaluation) job; creates
+    the evaluation Job and releases served models when due. ``conditions``: those the caller
+    computed (reconcile's); the operator's other conditions of ``body``'s status are carried
+    over. ``run_id``/``run_url`` None: those of the current status; ``job_kind`` None: chosen by
     :func:`choose_job_kind` (``status.jobKind`` once reconcile wrote it)."""
     meta, status = body["metadata"], body.get("status") or {}
     run_id = status.get("mlflowRunId", "") if run_id is None else run_id
@@ -356,7 +395,7 @@ def refresh_status(
         release = release_inference(body, api, exp, settings, post_event)
         if release is not None:
             own = [*(c for c in own if c["type"] != "InferenceReady"), release]
-    desired = desired_status(
+    return desired_status(
         job,
         generation=meta.get("generation"),
         checkpoint_uri=builders.checkpoint_uri(exp, meta["namespace"], settings.platform),
@@ -369,7 +408,6 @@ def refresh_status(
         job_kind=kind,
         queued=scheduling.waiting_for_admission(job),
     )
-    patch_status(body, patch, desired, post_event)
 
 
 def refresh(
@@ -380,24 +418,28 @@ def refresh(
     settings: Settings,
     post_event: PostEvent,
 ) -> None:
-    """The timer's work: :func:`refresh_status` with the run's latest metrics (not read while
-    the job is queued, :func:`reads_progress`). Nothing for an invalid spec or a kind the
-    cluster does not serve (both reported once by :func:`reconcile`)."""
-    try:
-        exp = experiment_from_body(body, settings.platform)
-    except SpecError:
-        return  # reported once by reconcile; nothing to watch
-    status = body.get("status") or {}
-    run_id = str(status.get("mlflowRunId") or "")
-    try:
-        refresh_status(
-            body,
-            patch,
-            api,
-            exp=exp,
-            settings=settings,
-            post_event=post_event,
-            progress=read_progress(settings, exp, run_id) if reads_progress(status) else None,
-        )
-    except MissingApiError:
-        return  # reported once by reconcile (Failed, naming what to install)
+    """The timer's work: :func:`observed_status` with the run's latest metrics (not read while
+    the job is queued, :func:`reads_progress`), computed from the Experiment as read from the
+    API at this tick and written guarded by its resourceVersion
+    (:func:`~sarl_operator.reconcile.write_fresh_status`: kopf's ``body`` may predate what
+    reconcile just wrote; kopf's ``patch`` is left empty). Nothing for an invalid spec or a kind
+    the cluster does not serve (both reported once by :func:`reconcile`)."""
+    read: list[Progress | None] = []  # the run's metrics: read at the first try only
+
+    def desired_of(fresh: Mapping[str, Any]) -> dict[str, Any] | None:
+        try:
+            exp = experiment_from_body(fresh, settings.platform)
+        except SpecError:
+            return None  # reported once by reconcile; nothing to watch
+        status = fresh.get("status") or {}
+        if not read:
+            run_id = str(status.get("mlflowRunId") or "")
+            read.append(read_progress(settings, exp, run_id) if reads_progress(status) else None)
+        try:
+            return observed_status(
+                fresh, api, exp=exp, settings=settings, post_event=post_event, progress=read[0]
+            )
+        except MissingApiError:
+            return None  # reported once by reconcile (Failed, naming what to install)
+
+    write_fresh_status(body, api, KIND, desired_of, post_event)

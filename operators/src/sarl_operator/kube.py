@@ -41,6 +41,19 @@ class ForeignOwnerError(Exception):
         self.owner_uid = owner_uid
 
 
+class VersionConflictError(Exception):
+    """The object was written since it was read: a write guarded by the ``resourceVersion`` it
+    was read at (:meth:`KubeApi.patch_status`) was refused (HTTP 409 from the API server). Read
+    it again and recompute."""
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        super().__init__(
+            f"{obj.get('kind')} {meta.get('namespace')}/{meta.get('name')} changed since "
+            f"resourceVersion {meta.get('resourceVersion')!r}"
+        )
+
+
 def controller_ref(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The controller ownerReference of ``obj`` (empty when none)."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
@@ -55,8 +68,8 @@ def controlled_by(obj: Mapping[str, Any] | None, owner_uid: str) -> bool:
 
 
 class KubeApi(Protocol):
-    """Get, create, merge-patch, delete and list namespaced objects (implemented by
-    :class:`DynamicKubeApi`)."""
+    """Get, create, merge-patch, delete and list namespaced objects, and write an object's status
+    unless it changed since it was read (implemented by :class:`DynamicKubeApi`)."""
 
     def get(
         self, api_version: str, kind: str, namespace: str, name: str
@@ -65,6 +78,12 @@ class KubeApi(Protocol):
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
 
     def patch(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def patch_status(self, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status subresource of ``obj`` (as read: apiVersion, kind, name,
+        namespace and ``metadata.resourceVersion``) with ``status``; VersionConflictError when
+        the object was written since that version."""
+        ...
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool: ...
 
@@ -150,6 +169,34 @@ class DynamicKubeApi:
             content_type="application/merge-patch+json",
             _request_timeout=self._timeout_s,
         )
+        return dict(out.to_dict())
+
+    def patch_status(self, obj: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`KubeApi.patch_status`: ``metadata.resourceVersion`` in a merge patch is a
+        precondition the API server checks (409 Conflict when the object has another version;
+        controller-runtime's ``MergeFromWithOptimisticLock`` writes the same patch)."""
+        from kubernetes.client.exceptions import ApiException
+
+        meta = obj["metadata"]
+        version = meta.get("resourceVersion")
+        if not version:
+            raise ValueError(
+                f"{obj['kind']} {meta['name']}: no metadata.resourceVersion to guard the status "
+                "write with; pass the object as read from the API"
+            )
+        res = self._resource(obj["apiVersion"], obj["kind"])
+        try:
+            out = res.status.patch(
+                body={"metadata": {"resourceVersion": version}, "status": dict(status)},
+                name=meta["name"],
+                namespace=meta["namespace"],
+                content_type="application/merge-patch+json",
+                _request_timeout=self._timeout_s,
+            )
+        except ApiException as e:
+            if e.status == 409:
+                raise VersionConflictError(obj) from e
+            raise
         return dict(out.to_dict())
 
     def list(

@@ -1,5 +1,7 @@
 """The reconcile layer both kinds share: process settings, the MLflow run, owned children, and
-the status patch with an Event per transition.
+the status write with an Event per transition: through kopf's patch for the reconcile handlers
+(:func:`patch_status`), guarded by the resourceVersion read for the status timers
+(:func:`write_fresh_status`).
 
 Used by :mod:`sarl_operator.experiment_handlers` and :mod:`sarl_operator.study_handlers`, which
 do not import each other; :mod:`sarl_operator.handlers` registers both with kopf. Everything
@@ -13,6 +15,7 @@ arguments, so tests call the handlers with fakes. What kopf gets back on failure
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -22,7 +25,7 @@ import kopf
 from sarl.spec.experiment import Experiment
 from sarl_operator import builders, scheduling
 from sarl_operator.admission import allowed_registries
-from sarl_operator.kube import KubeApi, apply, controlled_by
+from sarl_operator.kube import KubeApi, VersionConflictError, apply, controlled_by
 from sarl_operator.status import (
     OPERATOR_CONDITIONS,
     RELEASED,
@@ -32,10 +35,15 @@ from sarl_operator.status import (
 )
 from sarl_operator.tracking import Progress, RunRef, TrackingError, run_url
 
+log = logging.getLogger(__name__)
+
 GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
 DEFAULT_STATUS_INTERVAL_S: Final = 30.0
 TRACKING_RETRY_DELAY_S: Final = 30
+#: Reads and guarded writes a status tick makes before leaving the status to the next tick,
+#: when every write finds the object changed since it was read (:func:`write_fresh_status`).
+STATUS_WRITE_TRIES: Final = 3
 #: Seconds between checks while waiting for a Secret, InferenceServices or a previous child
 #: (``SARL_RETRY_DELAY_S``).
 WAIT_RETRY_DELAY_S: Final = 30.0
@@ -136,12 +144,25 @@ def patch_status(
     watched: frozenset[str] = OPERATOR_CONDITIONS,
 ) -> None:
     """Put the changed status fields into kopf's patch; an Event per transition of the phase
-    and of the ``watched`` condition types (the operator's own)."""
+    and of the ``watched`` condition types (the operator's own). The reconcile handlers' write
+    (kopf merge-patches it when the handler returns)."""
     current = body.get("status") or {}
     changes = status_patch(current, desired)
     if changes is None:
         return
     patch.setdefault("status", {}).update(changes)
+    post_transitions(body, current, changes, post_event, watched)
+
+
+def post_transitions(
+    body: Mapping[str, Any],
+    current: Mapping[str, Any],
+    changes: Mapping[str, Any],
+    post_event: PostEvent,
+    watched: frozenset[str] = OPERATOR_CONDITIONS,
+) -> None:
+    """An Event per transition from the ``current`` status that ``changes`` (the status fields
+    written) make: the phase, and each ``watched`` condition type whose status changed."""
     phase = changes.get("phase")
     if phase is not None:
         kind = "Warning" if phase == "Failed" else "Normal"
@@ -157,6 +178,66 @@ def patch_status(
             kind = "Warning" if warn else "Normal"
             message = f"{cond['type']}={cond['status']}: {cond.get('message', '')}".rstrip(": ")
             post_event(body, kind, str(cond.get("reason") or cond["type"]), message)
+
+
+def write_fresh_status(
+    body: Mapping[str, Any],
+    api: KubeApi,
+    kind: str,
+    desired_of: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+    post_event: PostEvent,
+    watched: frozenset[str] = OPERATOR_CONDITIONS,
+    *,
+    tries: int = STATUS_WRITE_TRIES,
+) -> None:
+    """The status timers' write: read the object (``kind``, named by kopf's ``body``) from the
+    API, compute its status from that copy (``desired_of``; None: nothing to write) and write
+    the changed fields guarded by the resourceVersion read (:meth:`KubeApi.patch_status`), with
+    an Event per transition once written. Written since it was read: read and compute again, at
+    most ``tries`` times, then leave it to the next tick.
+
+    Why the timers do not fill kopf's ``patch`` as the reconcile handlers do: kopf hands a timer
+    the body of the last watch event it processed (kopf 1.45.2 ``_core/engines/daemons.py``,
+    ``DaemonsMemory.live_fresh_body``, which ``_core/reactor/processing.py`` replaces on each
+    event), which lags a status reconcile has just patched; and kopf applies a handler's patch
+    as an unguarded merge patch (``_core/actions/application.py`` ``patch_and_check`` ->
+    ``_cogs/clients/patching.py`` ``patch_obj``, ``application/merge-patch+json`` on the status
+    subresource), in which ``status.conditions``, a list, replaces the whole list: a condition
+    reconcile wrote after the timer's copy was dropped or reverted until reconcile's next retry.
+    Reading the object first narrows that window to the tick's own reads (its jobs, Workloads,
+    services) but does not close it; the resourceVersion precondition closes it: the API server
+    refuses (409) a write to an object changed since it was read. kopf's own guarded writes,
+    patch functions (``Patch.fns``: a JSON patch with a ``test`` of the resourceVersion, in
+    ``patch_obj``) do not fit: with nothing else in the patch kopf applies them to the timer's
+    lagging body, and retries a refused one only at the next tick. The reconcile handlers keep
+    writing through kopf's patch: their body is the event's.
+    """
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    for _ in range(tries):
+        fresh = api.get(f"{GROUP}/{VERSION}", kind, namespace, name)
+        if fresh is None or fresh["metadata"].get("uid") != meta.get("uid"):
+            return  # deleted (an object created again under the name has its own timer)
+        desired = desired_of(fresh)
+        if desired is None:
+            return
+        current = fresh.get("status") or {}
+        changes = status_patch(current, desired)
+        if changes is None:
+            return
+        try:
+            api.patch_status(fresh, changes)
+        except VersionConflictError:
+            continue  # written since it was read: compute again from the newer copy
+        post_transitions(fresh, current, changes, post_event, watched)
+        return
+    log.info(
+        "%s %s/%s: written by another writer at each of %d tries; status left to the next tick",
+        kind,
+        namespace,
+        name,
+        tries,
+    )
 
 
 def fail(

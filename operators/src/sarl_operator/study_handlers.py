@@ -22,10 +22,13 @@ create/resume/update of the spec, :func:`reconcile`:
 4. once every run has finished, creates Job ``<study>-report`` (once), and patches the status
    (counts, parent run, phase, conditions) when it changed, with Events on transitions.
 
-A timer (``SARL_STATUS_INTERVAL_S``) runs :func:`refresh` (:func:`sync`), so the next runs start
-as earlier ones finish. What a spec expands to (the validated Study, its arm x seed Experiments,
-its shared models) is computed once per spec and reused (:func:`expansion`): validating every
-run costs ~0.1 s of CPU, and one operator process ticks every Study and Experiment it watches.
+A timer (``SARL_STATUS_INTERVAL_S``) runs :func:`refresh` (:func:`synced_status`), so the next
+runs start as earlier ones finish; it works from the Study as read from the API at that tick and
+writes the status only if the Study has not changed since
+(:func:`~sarl_operator.reconcile.write_fresh_status`). What a spec expands to (the validated
+Study, its arm x seed Experiments, its shared models) is computed once per spec and reused
+(:func:`expansion`): validating every run costs ~0.1 s of CPU, and one operator process ticks
+every Study and Experiment it watches.
 Everything is decided from what exists on the API server, so a re-run or a restarted operator
 creates nothing twice. Existing Experiments are never patched: a run keeps the spec it started
 with; a spec update only affects runs not created yet. Deletion is left to the garbage collector
@@ -63,6 +66,7 @@ from sarl_operator.reconcile import (
     release_owned,
     tracked_run,
     tracking_unavailable,
+    write_fresh_status,
 )
 from sarl_operator.status import RELEASED, condition, isvc_ready, serving_condition
 from sarl_operator.study_builders import RunState, SharedModel
@@ -346,8 +350,37 @@ def sync(
     conditions: Sequence[Mapping[str, Any]] = (),
     create: bool = True,
 ) -> None:
+    """Reconcile's sync: :func:`synced_status` put into kopf's ``patch`` when it changed, with
+    an Event per transition (:func:`~sarl_operator.reconcile.patch_status`)."""
+    desired = synced_status(
+        body,
+        api,
+        study=study,
+        settings=settings,
+        post_event=post_event,
+        run_id=run_id,
+        run_url=run_url,
+        conditions=conditions,
+        create=create,
+    )
+    patch_status(body, patch, desired, post_event, WATCHED)
+
+
+def synced_status(
+    body: Mapping[str, Any],
+    api: KubeApi,
+    *,
+    study: Study,
+    settings: Settings,
+    post_event: PostEvent,
+    run_id: str,
+    run_url: str,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    create: bool = True,
+) -> dict[str, Any]:
     """Read the runs; create the next ones and, once all finished, the report (``create``
-    False: only read, as while MLflow is down); patch the status when it changed."""
+    False: only read, as while MLflow is down); the status the Study should show (the
+    conditions of ``body``'s status not computed here are carried over)."""
     states = observe(api, study, body, run_id)
     report = None
     own = list(conditions)
@@ -359,7 +392,7 @@ def sync(
         states = _create_runs(body, api, study, states, post_event, models, ready)
         if run_id and all(s.finished for s in states):
             report = _report(body, api, study, settings, run_id, post_event)
-    desired = study_status.desired_status(
+    return study_status.desired_status(
         states,
         study_name=study.name,
         generation=body["metadata"].get("generation"),
@@ -370,7 +403,6 @@ def sync(
         current=body.get("status") or {},
         now=now(),
     )
-    patch_status(body, patch, desired, post_event, WATCHED)
 
 
 def reconcile(
@@ -423,25 +455,31 @@ def refresh(
     settings: Settings,
     post_event: PostEvent,
 ) -> None:
-    """The timer's work: :func:`sync` with the parent run of the status. Nothing for an invalid
-    Study (reported once by :func:`reconcile`) or one whose parent run :func:`reconcile` has not
-    got yet (it retries that itself)."""
-    try:
-        study = study_from_body(body)
-    except (SpecError, ValueError):
-        return
-    status = body.get("status") or {}
-    run_id = str(status.get("mlflowParentRunId") or "")
-    base = study_builders.base_experiment(study, body["metadata"]["namespace"])
-    if not run_id and settings.tracking_uri_of(base):
-        return
-    sync(
-        body,
-        patch,
-        api,
-        study=study,
-        settings=settings,
-        post_event=post_event,
-        run_id=run_id,
-        run_url=str(status.get("mlflowRunUrl") or ""),
-    )
+    """The timer's work: :func:`synced_status` with the parent run of the status, computed from
+    the Study as read from the API at this tick and written guarded by its resourceVersion
+    (:func:`~sarl_operator.reconcile.write_fresh_status`: kopf's ``body`` may predate what
+    reconcile just wrote, such as ``TrackingReady``; kopf's ``patch`` is left empty). Nothing
+    for an invalid Study (reported once by :func:`reconcile`) or one whose parent run
+    :func:`reconcile` has not got yet (it retries that itself)."""
+
+    def desired_of(fresh: Mapping[str, Any]) -> dict[str, Any] | None:
+        try:
+            study = study_from_body(fresh)
+        except (SpecError, ValueError):
+            return None
+        status = fresh.get("status") or {}
+        run_id = str(status.get("mlflowParentRunId") or "")
+        base = study_builders.base_experiment(study, fresh["metadata"]["namespace"])
+        if not run_id and settings.tracking_uri_of(base):
+            return None
+        return synced_status(
+            fresh,
+            api,
+            study=study,
+            settings=settings,
+            post_event=post_event,
+            run_id=run_id,
+            run_url=str(status.get("mlflowRunUrl") or ""),
+        )
+
+    write_fresh_status(body, api, study_builders.STUDY_KIND, desired_of, post_event, WATCHED)
