@@ -217,7 +217,11 @@ def _emulator_class() -> Any:
             self, res: Any, namespace: str | None, name: str | None, data: dict[str, Any]
         ) -> None:
             """The API server's precondition: a write naming ``metadata.resourceVersion`` is
-            refused (409) unless the object still has that version. Checked before kmock takes
+            refused (409) unless the object still has that version (kubernetes v1.31.0,
+            ``staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go``,
+            ``Store.Update``: a resourceVersion other than the stored one is a Conflict with
+            ``OptimisticLockErrorMsg``, the message below; a merge patch reaches it with the
+            version it names). Checked before kmock takes
             its lock for the write: one event loop, and no await in between here, but a write
             waiting on that lock could still come first (a stand-in, not a guarantee)."""
             wanted = (data.get("metadata") or {}).get("resourceVersion")
