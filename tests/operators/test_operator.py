@@ -203,7 +203,8 @@ def test_status_follows_the_job_and_the_runs_metrics(
     running = {"status": {"conditions": [{"type": "Running", "status": "True"}]}}
     _merge(kube, "kubeflow.org/v1", "PyTorchJob", "progress", running)
     wait_for("phase Running", lambda: _status(server, "progress").get("phase") == "Running")
-    assert "PhaseRunning" in wait_for("events", lambda: _events(server, "progress"))
+    # kopf posts Events from a queue after the handler returns: the Event can trail the status.
+    wait_for("the PhaseRunning event", lambda: "PhaseRunning" in _events(server, "progress"))
 
     run_id = _status(server, "progress")["mlflowRunId"]
     mlflow = MlflowClient(mlflow_server.url)
@@ -271,6 +272,7 @@ def test_restart_reuses_the_run_and_the_children(
 
     uid = _create(kube, _doc("restart"))["metadata"]["uid"]
     wait_for("the PyTorchJob", lambda: _reconciled(server, "restart"))
+    wait_for("3 Created events", lambda: _events(server, "restart").count("Created") == 3)
     config_version = server.objects(CONFIGMAPS, NAMESPACE)["restart-config"]["metadata"]
     operator.stop()
     operator.start()
@@ -335,7 +337,7 @@ def test_served_models_are_released_when_training_and_evaluation_end(
         ),
     )
     assert inference["status"] == "False" and "release-embedding" in inference["message"]
-    assert "Released" in _events(server, "release")
+    wait_for("the Released event", lambda: "Released" in _events(server, "release"))
 
     # A spec update reconciles the finished run: every child but the released ISVC is applied.
     _merge(

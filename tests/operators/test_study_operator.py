@@ -254,10 +254,12 @@ def test_parallelism_one_then_the_report_then_succeeded(
     parent = _status(server, "seq")["mlflowParentRunId"]
     assert _status(server, "seq")["reportUri"] == f"runs:/{parent}/report/"
     assert _condition(server, "seq", "Reported")["status"] == "True"
+    # kopf posts Events from a queue after the handler returns: the Event can trail the status.
+    succeeded = "PhaseSucceeded: phase Running -> Succeeded"
+    wait_for(succeeded, lambda: succeeded in _events(server, "seq"))
     events = _events(server, "seq")
     assert events.count("Created: created Experiment seq-low-s0") == 1
     assert events.count("Created: created Job seq-report") == 1
-    assert "PhaseSucceeded: phase Running -> Succeeded" in events
 
 
 def test_restart_reuses_the_parent_run_and_creates_nothing_twice(
@@ -269,6 +271,7 @@ def test_restart_reuses_the_parent_run_and_creates_nothing_twice(
     uid = _create(kube, small_doc("again", parallelism=2))["metadata"]["uid"]
     wait_for("2 Experiments", lambda: len(_runs(server, "again")) == 2)
     parent = wait_for("the parent run", lambda: _status(server, "again").get("mlflowParentRunId"))
+    wait_for("both Created events", lambda: len(_created_experiments(server, "again")) == 2)
     config_version = server.objects(CONFIGMAPS, NAMESPACE)["again-config"]["metadata"]
     operator.stop()
     operator.start()
@@ -289,8 +292,11 @@ def test_restart_reuses_the_parent_run_and_creates_nothing_twice(
         filter_string=f"tags.`sarl.dev/experiment-uid` = '{uid}'",
     )
     assert len(parents) == 1
-    created = [e for e in _events(server, "again") if e.startswith("Created: created Experiment")]
-    assert len(created) == 2
+    assert len(_created_experiments(server, "again")) == 2
+
+
+def _created_experiments(server: KubeServer, study: str) -> list[str]:
+    return [e for e in _events(server, study) if e.startswith("Created: created Experiment")]
 
 
 def test_invalid_study_fails_once_naming_the_field(
