@@ -14,7 +14,10 @@ from sarl.tracking.tracker import Tracker
 
 
 @pytest.fixture
-def uri(tmp_path: Path) -> str:
+def uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    # An experiment made "by hand" (MlflowClient, no artifact location) keeps its artifacts in
+    # ./mlruns: in tmp_path, not in the checkout the suite runs from.
+    monkeypatch.chdir(tmp_path)
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
