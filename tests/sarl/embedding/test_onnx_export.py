@@ -1,8 +1,10 @@
 """``sarl.embedding.onnx_export``: the export of the bundled all-MiniLM-L6-v2 is checked and
-cached; the cache is reused and keyed by the model's files; a failed check leaves nothing
-behind and sends ``backend='auto'`` to torch; an unwritable cache falls back to a temporary
-directory. One real export per module (into a directory of this module); the tests that only
-need files to check copy that export instead of exporting again (:func:`_copying_exporter`).
+cached with its tokenizer; the cache is reused, keyed by the model's files, and a complete entry
+loads alone (no sentence-transformers, the same ids and vectors); an incomplete one is exported
+again; a failed check leaves nothing behind and sends ``backend='auto'`` to torch; an
+unwritable cache falls back to a temporary directory. One real export per module (into a
+directory of this module); the tests that only need files to check copy that export instead of
+exporting again (:func:`_copying_exporter`).
 """
 
 from __future__ import annotations
@@ -11,21 +13,26 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sarl.embedding import onnx_export
 from sarl.embedding.base import EmbeddingError
-from sarl.embedding.encoders import OnnxEncoder, TorchEncoder, load_encoder
+from sarl.embedding.encoders import OnnxEncoder, TorchEncoder, load_encoder, max_length_of
 from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
 from sarl.embedding.onnx_export import (
     CHECK_TEXTS,
     MIN_COSINE,
+    TOKENIZER_DIR,
     OnnxExportError,
     cache_root,
+    cached_export,
     exported_onnx,
     model_key,
 )
@@ -78,10 +85,13 @@ def test_export_is_checked_and_cached(exported: Path, model_path: Path, cache: P
     import onnx
 
     assert exported == cache / model_key(model_path) / "model.onnx"
-    assert sorted(p.name for p in exported.parent.iterdir()) == ["check.json", "model.onnx"]
+    entry = sorted(p.name for p in exported.parent.iterdir())
+    assert entry == ["check.json", "model.onnx", TOKENIZER_DIR]
     record = json.loads((exported.parent / "check.json").read_text())
     assert MIN_COSINE <= record["min_cosine"] <= 1.0 + 1e-6
     assert record["texts"] == len(CHECK_TEXTS)
+    # all-MiniLM-L6-v2's sentence_bert_config.json and 1_Pooling/config.json
+    assert (record["pooling"], record["max_length"]) == ("mean", 256)
     graph = onnx.load(str(exported)).graph
     ops = Counter(node.op_type for node in graph.node)
     assert ops["Softmax"] == 6 and ops["Attention"] == 0  # eager attention, unfused: one per layer
@@ -98,6 +108,96 @@ def test_a_second_load_reuses_the_cache(
     assert isinstance(encoder, OnnxEncoder)
     assert calls == []
     assert exported.stat().st_mtime_ns == written
+
+
+# Texts whose ids a tokenizer saved and loaded again could get wrong if it lost a setting:
+# accents (all-MiniLM's uncased normaliser strips them), Chinese characters (split one per
+# token), an emoji (unknown), control and odd whitespace, and one past max_length (truncated).
+TRICKY_TEXTS = [
+    "Élève ÅNGSTRÖM naïve café",
+    "解方程 x² + 2x = 0 ⇒ x ∈ {0, −2}",
+    "emoji 🙂 and\ttabs\u00a0nbsp\u200bzero-width",
+    "  leading and trailing  ",
+    "",
+    " ".join(f"word{i}" for i in range(400)),
+]
+
+
+def test_a_complete_entry_gives_the_models_token_ids(
+    exported: Path, model: Any, model_path: Path, cache: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    hit = cached_export(model_path, cache_dir=cache)
+    assert hit is not None and hit.path == exported
+    assert hit.max_length == max_length_of(model)
+    saved = AutoTokenizer.from_pretrained(str(hit.tokenizer_dir))
+    texts = CHECK_TEXTS + TRICKY_TEXTS
+    kwargs: dict[str, Any] = {"truncation": True, "max_length": hit.max_length}
+    ids = saved(texts, **kwargs)["input_ids"]
+    assert ids == model.tokenizer(texts, **kwargs)["input_ids"]
+    assert max(len(i) for i in ids) == hit.max_length  # the long text was truncated
+
+
+def test_a_cache_hit_loads_without_the_torch_model(
+    exported: Path, model: Any, model_path: Path, cache: Path, tmp_path: Path
+) -> None:
+    """A fresh process finding the entry imports no sentence-transformers and gives the vectors
+    of the encoder built from the loaded model and the same file, bit for bit."""
+    script = (
+        "import sys, numpy as np; from pathlib import Path\n"
+        "from sarl.embedding.encoders import load_encoder\n"
+        f"enc = load_encoder(Path({str(model_path)!r}), backend='auto', threads=1, "
+        f"cache_dir=Path({str(cache)!r}))\n"
+        "texts = [l for l in Path(sys.argv[1]).read_text().split('\\n---\\n')]\n"
+        f"np.save({str(tmp_path / 'cached.npy')!r}, enc.encode(texts))\n"
+        "print(type(enc).__name__, 'sentence_transformers' in sys.modules)\n"
+    )
+    texts = CHECK_TEXTS + [t for t in TRICKY_TEXTS if t]
+    (tmp_path / "texts.txt").write_text("\n---\n".join(texts))
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "texts.txt")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["OnnxEncoder", "False"]
+    long_way = OnnxEncoder(
+        exported,
+        model.tokenizer,
+        pooling="mean",
+        max_length=max_length_of(model),
+        threads=1,
+        name="long way",
+    )
+    assert np.array_equal(np.load(tmp_path / "cached.npy"), long_way.encode(texts))
+
+
+@pytest.mark.parametrize("missing", ["tokenizer", "record fields"])
+def test_an_incomplete_entry_is_exported_again(
+    exported: Path,
+    model: Any,
+    model_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    missing: str,
+) -> None:
+    """An entry without its tokenizer, or whose record lacks the pooling and length (an older
+    sarl's, or a copy made by hand), is not a cache hit: exported again, then complete."""
+    target = tmp_path / model_key(model_path)
+    shutil.copytree(exported.parent, target)
+    if missing == "tokenizer":
+        shutil.rmtree(target / TOKENIZER_DIR)
+    else:
+        (target / "check.json").write_text(json.dumps({"min_cosine": 1.0, "texts": 5}))
+    assert cached_export(model_path, cache_dir=tmp_path) is None
+    calls = _copying_exporter(monkeypatch, exported)
+    with one_torch_thread():
+        encoder = load_encoder(model_path, backend="onnx", threads=1, cache_dir=tmp_path)
+    assert isinstance(encoder, OnnxEncoder) and len(calls) == 1
+    assert cached_export(model_path, cache_dir=tmp_path) is not None
 
 
 def test_a_file_without_its_check_record_is_exported_again(
@@ -208,7 +308,11 @@ def test_an_unwritable_cache_falls_back_to_a_temporary_directory(
     finally:
         parent.chmod(stat.S_IRWXU)
     assert path.parent.parent == scratch and path.parent.name.startswith("sarl-onnx-")
-    assert sorted(p.name for p in path.parent.iterdir()) == ["check.json", "model.onnx"]
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "check.json",
+        "model.onnx",
+        TOKENIZER_DIR,
+    ]
     assert not (parent / "onnx").is_dir()
 
 

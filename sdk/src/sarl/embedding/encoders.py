@@ -6,8 +6,9 @@ Two backends run the same model:
 
 * ``torch``: the sentence-transformers modules themselves (any device, any module stack).
 * ``onnx``: the model's transformer exported once to ONNX (:mod:`sarl.embedding.onnx_export`,
-  cached on disk, checked against the torch vectors before use) and run with ONNX Runtime;
-  pooling and normalisation in numpy. On CPU it is the faster one (``make bench`` measures it).
+  cached on disk with the model's tokenizer, checked against the torch vectors before use) and
+  run with ONNX Runtime; pooling and normalisation in numpy. A cached export loads alone, without
+  building the torch model. On CPU it is the faster one (``make bench`` measures it).
   It covers models made of a Transformer, a Pooling (``mean``, ``cls`` or ``max``) and
   optionally a Normalize module — what text-embedding models such as all-MiniLM-L6-v2 are.
 
@@ -308,11 +309,17 @@ def load_encoder(
 ) -> SentenceEncoder:
     """Load the sentence-transformers model at ``model_path`` on ``backend`` (see the module
     doc). ``threads``: intra-op threads (None: torch's current setting); ``rows_per_call``:
-    texts per forward call (None: the backend's default, see the module doc). Raises
-    :class:`EmbeddingError` naming the fix when ``backend='onnx'`` cannot serve this model."""
+    texts per forward call (None: the backend's default, see the module doc). On CPU with the
+    model's export already cached, ``auto`` and ``onnx`` load from the cache alone (the torch
+    model is not built). Raises :class:`EmbeddingError` naming the fix when ``backend='onnx'``
+    cannot serve this model."""
     if backend not in BACKENDS:
         raise EmbeddingError(f"backend: must be one of {BACKENDS}, got {backend!r}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is on disk or the load fails
+    if backend != "torch" and device.startswith("cpu") and onnx_available():
+        cached = _cached_onnx_encoder(model_path, threads, cache_dir, rows_per_call)
+        if cached is not None:
+            return cached
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as e:
@@ -361,6 +368,37 @@ def load_encoder(
         name=name,
         rows_per_call=rows_per_call,
     )
+
+
+def _cached_onnx_encoder(
+    model_path: Path, threads: int | None, cache_dir: Path | None, rows_per_call: int | None
+) -> OnnxEncoder | None:
+    """The ONNX encoder built from a complete cache entry alone (its file, the tokenizer the
+    export saved and the pooling and length it recorded), or None to load the model: no
+    sentence-transformers import, no torch model built (:mod:`sarl.embedding.onnx_export`).
+    An entry that does not load (damaged by hand) is logged and left to the full path."""
+    from sarl.embedding.onnx_export import cached_export
+
+    hit = cached_export(model_path, cache_dir=cache_dir)
+    if hit is None:
+        return None
+    try:
+        import torch
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(hit.tokenizer_dir))
+        return OnnxEncoder(
+            hit.path,
+            tokenizer,
+            pooling=hit.pooling,
+            max_length=hit.max_length,
+            threads=threads if threads is not None else torch.get_num_threads(),
+            name=model_path.name,
+            rows_per_call=rows_per_call,
+        )
+    except Exception as e:  # any load error: the full path loads the model and checks again
+        _LOG.warning("ONNX cache entry %s does not load (%s); loading the model", hit.path, e)
+        return None
 
 
 def _why_not_onnx(model: Any, device: str) -> str | None:
