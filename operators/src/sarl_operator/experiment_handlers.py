@@ -174,9 +174,8 @@ def choose_job_kind(api: KubeApi, exp: Experiment, body: Mapping[str, Any]) -> s
        ``status.jobKind``: its running PyTorchJob stays its job);
     3. ``spec.resources.job_kind`` when it names a kind (not served: reconcile fails naming
        what to install);
-    4. ``auto``: TrainJob when the cluster serves ``trainer.kubeflow.org/v1alpha1`` TrainJobs,
-       else PyTorchJob. Discovery is step 2's get: the client raises MissingApiError for a
-       kind the cluster does not serve.
+    4. ``auto``: :func:`auto_job_kind` of the kinds the cluster serves. Discovery is step 2's
+       get: the client raises MissingApiError for a kind the cluster does not serve.
     """
     meta = body["metadata"]
     recorded = (body.get("status") or {}).get("jobKind")
@@ -194,15 +193,43 @@ def choose_job_kind(api: KubeApi, exp: Experiment, body: Mapping[str, Any]) -> s
     wanted = exp.spec.resources.job_kind
     if wanted != "auto":
         return wanted
-    return trainjob.KIND if trainjob.KIND in served else "PyTorchJob"
+    return auto_job_kind(exp, served)
+
+
+def auto_job_kind(exp: Experiment, served: Sequence[str]) -> str:
+    """``job_kind: auto`` among the ``served`` kinds: TrainJob when the cluster serves it and a
+    TrainJob can carry the spec (:func:`sarl_operator.trainjob.cannot_carry`: not with
+    ``priority_class``), else PyTorchJob. A TrainJob that cannot carry the spec is returned only
+    where no PyTorchJob is served: its builder then fails naming the field, and
+    :func:`_unfit_kind_message` says why auto had no other choice. Neither served: PyTorchJob,
+    whose MissingApiError names what to install (:func:`_missing_api_message`)."""
+    if trainjob.KIND in served and (not trainjob.cannot_carry(exp) or "PyTorchJob" not in served):
+        return trainjob.KIND
+    return "PyTorchJob"
+
+
+def _unfit_kind_message(error: str, exp: Experiment, kind: str) -> str:
+    """Why the Experiment fails for good when the chosen kind cannot carry its spec: the
+    builder's ``error`` and, where ``auto`` chose it, why auto had no other kind."""
+    if kind != trainjob.KIND or exp.spec.resources.job_kind != "auto":
+        return error
+    return (
+        f"{error}; job_kind auto chose TrainJob because this cluster serves no PyTorchJob: "
+        f"install {REQUIREMENTS['PyTorchJob']}, or unset spec.resources.priority_class"
+    )
 
 
 def _missing_api_message(e: MissingApiError, exp: Experiment) -> str:
     """Why the Experiment fails for good when a kind it needs is not served (reason
-    ``<kind>Unavailable``): what to install."""
+    ``<kind>Unavailable``): what to install. The Trainer is offered beside the Training
+    Operator only where a TrainJob could carry the spec."""
     message = f"{e}: install {REQUIREMENTS.get(e.kind, 'the CRD of ' + e.kind)}"
     if e.kind == "PyTorchJob" and exp.spec.resources.job_kind == "auto":
-        message += f"; or {REQUIREMENTS[trainjob.KIND]}"
+        refused = trainjob.cannot_carry(exp)
+        if refused:
+            message += f" (the Kubeflow Trainer would not do: {refused})"
+        else:
+            message += f"; or {REQUIREMENTS[trainjob.KIND]}"
     return message
 
 
@@ -256,7 +283,8 @@ def reconcile(
             platform=platform,
         )
     except ValueError as e:  # a spec field the chosen kind cannot express
-        raise fail(body, patch, post_event, redact_text(str(e))) from e
+        message = _unfit_kind_message(str(e), exp, kind)
+        raise fail(body, patch, post_event, redact_text(message)) from e
     own = [ready, tracking]
 
     def wait(cond: dict[str, Any], message: str) -> kopf.TemporaryError:

@@ -49,6 +49,27 @@ TORCH_RESERVED_ENV: Final = frozenset(
 )
 
 
+def cannot_carry(exp: Experiment) -> str:
+    """Why a TrainJob cannot run ``exp`` as its spec asks (empty: it can); ``job_kind: auto``
+    picks a PyTorchJob instead where the cluster serves one.
+
+    ``spec.resources.priority_class``: v2.3.0's ``PodSpecPatch`` (trainjob_types.go) has no
+    ``priorityClassName`` (nor ``schedulerName``: a gang scheduler's name is the runtime's, set by
+    the chart), and ``spec.trainer`` none either, so a TrainJob cannot give its pods a priority of
+    their own; the pods get the runtime's. Nor can Kueue v0.19.2 take the PriorityClass from the
+    TrainJob: its TrainJob integration (pkg/controller/jobs/trainjob) has no ``PriorityClass()``,
+    so ``jobframework.ExtractPriority`` reads the ``kueue.x-k8s.io/priority-class`` label (a
+    WorkloadPriorityClass, another kind of object) or the runtime's pod templates."""
+    res = exp.spec.resources
+    if scheduling.pod_priority(exp):
+        return (
+            f"spec.resources.priority_class={res.priority_class!r}: a TrainJob (Kubeflow Trainer "
+            "v2.3.0) cannot set its pods' priorityClassName (runtimePatches have no such field); "
+            "set spec.resources.job_kind: PyTorchJob to use it"
+        )
+    return ""
+
+
 def _runtime_patch(exp: Experiment, pod: dict[str, Any]) -> dict[str, Any]:
     """The operator's ``runtimePatches`` entry: ``pod``'s settings other than the container's
     image, command, args, env and resources (those are ``spec.trainer``'s), on the ``node``
@@ -87,16 +108,11 @@ def trainjob(
     PyTorchJob's container, environment and pod settings (:func:`builders.pytorchjob`), and
     Kueue's queue label and ``spec.suspend`` (:mod:`sarl_operator.scheduling`).
 
-    Raises ValueError for ``spec.resources.priority_class``: v2.3.0's ``PodSpecPatch`` has no
-    ``priorityClassName`` (nor ``schedulerName``: a gang scheduler's name is the runtime's, set by
-    the chart), so a TrainJob cannot give its pods a priority of their own."""
+    Raises ValueError for what a TrainJob cannot carry (:func:`cannot_carry`)."""
     res = exp.spec.resources
-    if scheduling.pod_priority(exp):
-        raise ValueError(
-            f"spec.resources.priority_class={res.priority_class!r}: a TrainJob (Kubeflow Trainer "
-            "v2.3.0) cannot set its pods' priorityClassName (runtimePatches have no such field); "
-            "set spec.resources.job_kind: PyTorchJob to use it"
-        )
+    refused = cannot_carry(exp)
+    if refused:
+        raise ValueError(refused)
     env = builders.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
     pod = builders.job_pod(exp, builders.trainer_container(exp, NODE, image, env))
     container = pod["containers"][0]
