@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from sarl_operator import builders, experiment_handlers, status, trainjob
+from tests.charts.rendering import API_SETS, render_templates
 from tests.charts.rendering import PLATFORM as PLATFORM_CHART
-from tests.charts.rendering import render_templates
 from tests.charts.test_crd import _as_json_schema
 from tests.operators.cases import (
     IMAGE,
@@ -104,7 +104,8 @@ def _node_patch(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _runtime(values: dict[str, Any] | None = None) -> dict[str, Any]:
-    rendered = render_templates(PLATFORM_CHART, values)
+    """The chart's runtime as rendered for a cluster that serves it (`--api-versions`)."""
+    rendered = render_templates(PLATFORM_CHART, values, API_SETS["trainer-v2"])
     (text,) = [t for path, t in rendered.items() if path.endswith("trainingruntime.yaml")]
     obj: dict[str, Any] = yaml.safe_load(text)
     return obj
@@ -284,7 +285,7 @@ def test_chart_runtime_is_what_the_trainer_and_the_builder_expect() -> None:
 
 def test_chart_runtime_can_be_switched_off() -> None:
     rendered = render_templates(
-        PLATFORM_CHART, {"trainer": {"v2": {"runtime": {"enabled": False}}}}
+        PLATFORM_CHART, {"trainer": {"v2": {"runtime": {"enabled": False}}}}, API_SETS["trainer-v2"]
     )
     assert not any(t.strip() for p, t in rendered.items() if p.endswith("trainingruntime.yaml"))
 

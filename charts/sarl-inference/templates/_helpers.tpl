@@ -49,9 +49,17 @@ helm.sh/chart: {{ include "sarl-inference.chart" .ctx }}
 {{- end }}
 {{- end }}
 
-{{/* "repository:tag" with the tag defaulting to the chart's appVersion: (dict "ctx" $ "image" .Values.x.image). */}}
+{{/*
+"repository@digest" when the image has a digest (the release workflow writes the digests it
+pushed), else "repository:tag" with the tag defaulting to the chart's appVersion:
+(dict "ctx" $ "image" .Values.x.image).
+*/}}
 {{- define "sarl-inference.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
 {{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Name of the embedding InferenceService (the same for both backends, so its URL is stable). */}}

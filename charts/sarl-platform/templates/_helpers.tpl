@@ -48,9 +48,17 @@ helm.sh/chart: {{ include "sarl-platform.chart" .ctx }}
 {{- end }}
 {{- end }}
 
-{{/* "repository:tag", the tag defaulting to the chart's appVersion: (dict "ctx" $ "image" .Values.x.image). */}}
+{{/*
+"repository@digest" when the image has a digest (the release workflow writes the digests it
+pushed), else "repository:tag" with the tag defaulting to the chart's appVersion:
+(dict "ctx" $ "image" .Values.x.image).
+*/}}
 {{- define "sarl-platform.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
 {{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* imagePullSecrets as a pod-spec fragment (empty when none). */}}
@@ -198,4 +206,29 @@ are never read.
 {{/* Whether the operator serves the admission webhook. */}}
 {{- define "sarl-platform.webhookEnabled" -}}
 {{- if and .Values.operator.enabled .Values.operator.admissionWebhook.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether to render the ClusterTrainingRuntime: trainer.v2.runtime.enabled true, or auto and the
+cluster serves the kind (`helm install`/`upgrade` ask the API server's discovery; `helm template`
+knows only what --api-versions lists).
+*/}}
+{{- define "sarl-platform.trainingRuntimeEnabled" -}}
+{{- $enabled := .Values.trainer.v2.runtime.enabled }}
+{{- if eq (toString $enabled) "auto" }}
+{{- if .Capabilities.APIVersions.Has "trainer.kubeflow.org/v1alpha1/ClusterTrainingRuntime" }}true{{ end }}
+{{- else if $enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+Capacity of the object store as a Kubernetes quantity, for the operator's storage check
+(SARL_STORE_CAPACITY): the bundled server's volume size, else objectStore.external.capacity
+(empty: unknown).
+*/}}
+{{- define "sarl-platform.storeCapacity" -}}
+{{- if eq .Values.objectStore.provider "minio" }}
+{{- .Values.objectStore.minio.persistence.size }}
+{{- else }}
+{{- .Values.objectStore.external.capacity | default "" }}
+{{- end }}
 {{- end }}

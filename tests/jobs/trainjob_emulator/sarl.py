@@ -57,9 +57,11 @@ def chart_runtime() -> dict[str, Any]:
     import pytest
 
     pytest.importorskip("helm_python")
-    from tests.charts.rendering import render_templates
+    from tests.charts.rendering import API_SETS, render_templates
 
-    text = render_templates("sarl-platform")[f"sarl-platform/{TEMPLATE}"]
+    # As on a cluster that serves Trainer v2 (the chart renders the runtime only there).
+    rendered = render_templates("sarl-platform", None, API_SETS["trainer-v2"])
+    text = rendered[f"sarl-platform/{TEMPLATE}"]
     (runtime,) = [d for d in yaml.safe_load_all(text) if d]
     return dict(runtime)
 
