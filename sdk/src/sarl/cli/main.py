@@ -24,6 +24,7 @@ from sarl.cli import (
     data,
     demo,
     maps,
+    models,
     reward,
     reward_diagnose,
     reward_score,
@@ -73,6 +74,7 @@ reward.app.command("score")(reward_score.score_command)
 reward.app.command("diagnose")(reward_diagnose.diagnose_command)
 app.add_typer(reward.app, name="reward")
 app.add_typer(data.app, name="data")
+app.add_typer(models.app, name="models")
 study.app.command("run")(study_run.run_command)
 app.add_typer(study.app, name="study")
 app.add_typer(tracking.app, name="tracking")

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from sarl.spec.model_source import ModelUriError, check_http_url, parse_model_uri
 from sarl.spec.secrets import refuse_secrets
 from sarl.spec.suggest import FieldError
 
@@ -103,7 +104,11 @@ class ModelSpec(_Strict):
     name: str = Field(
         default="builtin:tiny-qwen",
         description="'builtin:tiny-qwen' (no download: built and warm-started locally), a local "
-        "Hugging Face model directory, or a Hub id (cluster jobs download it).",
+        "Hugging Face model directory, a Hub id ('org/name' or 'hf://org/name'; cluster jobs "
+        "download it, from spec.resources.hf_endpoint if set), 's3://bucket/prefix' (a model "
+        "directory in the object store, written by `sarl models copy`; cluster jobs download it "
+        "to their scratch volume) or 'pvc://claim/path' (a PersistentVolumeClaim in the "
+        "Experiment's namespace, mounted read-only).",
     )
     tiny: TinyModel = Field(default_factory=TinyModel)
     warm_start: WarmStart = Field(default_factory=WarmStart)
@@ -120,6 +125,10 @@ class ModelSpec(_Strict):
             raise ValueError("unknown built-in model; the built-in model is 'builtin:tiny-qwen'")
         if not v.strip():
             raise ValueError("must not be empty")
+        try:  # hf://, s3://, pvc:// checked here, never fetched
+            parse_model_uri(v, "spec.model.name")
+        except ModelUriError as e:
+            raise ValueError(e.reason) from e  # pydantic names the field
         return v
 
 
@@ -266,6 +275,7 @@ _MANAGED_FLAGS: Final = frozenset(
     {
         "--model-name",
         "--model-id",
+        "--model-dir",  # where a storageUri model lands (s3://, pvc://)
         "--backend",
         "--runner",
         "--max-model-len",
@@ -326,6 +336,10 @@ def _check_queue_name(v: str) -> str:
             "'-', starting and ending with a letter or digit (kubectl get localqueues lists them)"
         )
     return v
+
+
+def _check_hf_endpoint(v: str) -> str:
+    return check_http_url(v, "a Hugging Face mirror such as 'https://hf-mirror.internal'")
 
 
 _Quantity = Annotated[str, AfterValidator(_check_quantity)]
@@ -437,6 +451,13 @@ class ResourcesSpec(_Strict):
         "(valueFrom.secretKeyRef) in the trainer and evaluation pods and, unless spec.serving."
         "<model>.hf_token says otherwise, in served models. Never the token itself.",
     )
+    hf_endpoint: Annotated[str, AfterValidator(_check_hf_endpoint)] | None = Field(
+        default=None,
+        description="A Hugging Face Hub mirror (http(s)://host[:port][/path], no credentials), "
+        "set as HF_ENDPOINT in the trainer, evaluation and served-model pods. Default: the "
+        "platform's (the operator's SARL_HF_ENDPOINT). Without one, pods whose model comes "
+        "from s3:// or pvc:// get HF_HUB_OFFLINE=1, so nothing tries the network.",
+    )
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     backend: Literal["verl", "trl"] = Field(
@@ -528,7 +549,7 @@ class ServedModelSpec(_Strict):
         default_factory=list,
         description="Extra arguments appended to the runtime's command line, e.g. "
         "--gpu-memory-utilization=0.85 or --dtype=bfloat16. Flags the operator sets "
-        "(--model_name, --model_id, --backend, --runner, --max_model_len, "
+        "(--model_name, --model_id, --model_dir, --backend, --runner, --max_model_len, "
         "--tensor-parallel-size) are refused.",
     )
 

@@ -33,7 +33,6 @@ import builtins
 import io
 import logging
 import os
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -49,6 +48,7 @@ from minio.deleteobjects import DeleteObject
 from minio.error import MinioException, S3Error, ServerError
 from urllib3.exceptions import HTTPError, MaxRetryError
 
+from sarl.spec.model_source import valid_bucket_name  # noqa: F401 -- one rule, re-exported
 from sarl.storage.base import (
     FILES_DIR,
     MANIFEST_NAME,
@@ -402,12 +402,3 @@ def is_stale(initiated: datetime | None, opened_at: datetime) -> bool:
     """Whether an incomplete upload initiated at ``initiated`` (None: the server did not say)
     belongs to a save that is gone, for a store opened at ``opened_at`` (module docstring)."""
     return initiated is None or initiated < opened_at
-
-
-def valid_bucket_name(name: str) -> bool:
-    """S3 bucket naming rules (3-63 chars of a-z 0-9 . -, alnum at both ends, not an IP)."""
-    return (
-        re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name) is not None
-        and ".." not in name
-        and re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name) is None
-    )
