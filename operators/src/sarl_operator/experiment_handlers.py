@@ -317,8 +317,12 @@ def reconcile(
                 f"{REQUIREMENTS[trainjob.KIND]}"
             )
             raise fail(body, patch, post_event, message, reason=f"{kind}Unavailable")
-        # An existing job gets only what may change on it (TrainJob: its metadata).
-        apply_owned(api, job if current is None else builder.update(job), body, post_event)
+        # An existing job gets only what may change on it (TrainJob: its metadata), and keeps
+        # the tolerations Kueue merged into its pods when it admitted it.
+        desired = (
+            job if current is None else scheduling.keep_admission(builder.update(job), current)
+        )
+        apply_owned(api, desired, body, post_event)
     except ForeignOwnerError as e:
         raise wait(condition("ChildrenReady", "False", "NameInUse", str(e)), str(e)) from e
     except MissingApiError as e:

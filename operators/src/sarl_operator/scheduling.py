@@ -219,6 +219,63 @@ def creation_only(job: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _replica_templates(job: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Pod templates by replica type (``""`` for a batch Job's one template)."""
+    spec: Mapping[str, Any] = job.get("spec") or {}
+    if job.get("kind") == "PyTorchJob":
+        replicas: Mapping[str, Any] = spec.get("pytorchReplicaSpecs") or {}
+        return {name: r.get("template") or {} for name, r in replicas.items()}
+    return {"": spec["template"]} if "template" in spec else {}
+
+
+def _toleration_key(t: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """What makes two tolerations the same one (Kueue v0.19.2 pkg/util/tolerations ``Equal``:
+    ``MatchToleration``'s key, operator, value and effect; an empty operator is ``Equal``)."""
+    op = str(t.get("operator") or "Equal")
+    return (str(t.get("key") or ""), op, str(t.get("value") or ""), str(t.get("effect") or ""))
+
+
+def keep_admission(patch: Mapping[str, Any], current: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The merge ``patch`` of an existing job, keeping what Kueue merged into its pod templates
+    when it admitted it.
+
+    On admission Kueue merges the assigned ResourceFlavors' node labels and tolerations into
+    every pod template of the job and unsuspends it in the same write (v0.19.2
+    pkg/controller/jobs/kubeflow/kubeflowjob ``RunWithPodSetsInfo`` and jobs/job →
+    pkg/podset/podset.go ``Merge``: nodeSelector keys added, refused on a conflicting value;
+    tolerations appended unless an equal one is there; labels, annotations and scheduling gates
+    likewise). A merge patch (RFC 7386) merges maps, so the nodeSelector keys, labels and
+    annotations Kueue added survive it, and lists it does not name; but it replaces a list it
+    names: the spec's ``tolerations`` would drop the flavor's, and a pod recreated after a node
+    loss would no longer tolerate the taints of the nodes Kueue admitted the job to. Kueue
+    itself does not notice: with the Workload admitted its equivalence check ignores
+    tolerations (pkg/controller/jobframework/reconciler.go ``EquivalentToWorkload``,
+    ``WithIgnoreTolerations``).
+
+    So, while ``current`` runs (not suspended), each pod template's tolerations in the patch
+    are the spec's followed by the live ones not among them: those Kueue added, and any the spec
+    dropped since, which go when Kueue restores the template on suspension (``RestorePodSpec``)
+    or with the next run. Running is the test, not the queue label: Kueue may manage a job the
+    operator created without one (its default LocalQueue, ``manageJobsWithoutQueueName``). A
+    suspended job is patched as desired: Kueue restored its templates when it suspended it. The
+    nodeSelector is left to the merge patch (Kueue's keys are absent from the spec's, so they
+    stay)."""
+    out = copy.deepcopy(dict(patch))
+    if current is None or is_suspended(current):
+        return out
+    live = _replica_templates(current)
+    for name, template in _replica_templates(out).items():
+        pod = template.get("spec")
+        live_pod = (live.get(name) or {}).get("spec") or {}
+        if not isinstance(pod, dict) or "tolerations" not in pod:
+            continue  # not in the patch: the live list stays as it is
+        wanted = list(pod["tolerations"])
+        seen = {_toleration_key(t) for t in wanted}
+        wanted += [t for t in live_pod.get("tolerations") or [] if _toleration_key(t) not in seen]
+        pod["tolerations"] = wanted
+    return out
+
+
 # ---- the Workload Kueue creates for a job ----
 
 
