@@ -1,4 +1,5 @@
-"""Admission checks of Experiments and Studies: which trainer images they may run.
+"""Admission checks of Experiments and Studies: which trainer images they may run, and (through
+:mod:`sarl_operator.admission_plan`) whether their resource plan fits.
 
 ``spec.resources.image`` lets whoever can create an Experiment run any image with the trainer's
 service account and the platform's S3 credentials, so a platform can restrict images to a list
@@ -37,7 +38,9 @@ from typing import Any, Final
 
 import kopf
 
+from sarl.plan import store_capacity_from_env
 from sarl.spec.secrets import redact_text
+from sarl_operator.admission_plan import plan_violation
 
 GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
@@ -247,6 +250,10 @@ async def validate_images(body: kopf.Body, **kwargs: Any) -> None:
     found = new_image_violations(body, old if operation == "UPDATE" else None, allowed)
     if found:
         raise kopf.AdmissionError("; ".join(found), code=DENIED_CODE)
+    if operation == "CREATE" or (old is not None and old.get("spec") != body.get("spec")):
+        unfit = plan_violation(body, store_capacity_from_env(os.environ))
+        if unfit:
+            raise kopf.AdmissionError(unfit, code=DENIED_CODE)
 
 
 class IdleWebhookServer:

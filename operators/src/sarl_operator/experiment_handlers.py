@@ -57,6 +57,7 @@ from typing import Any, Final
 import kopf
 
 from sarl.integrations.cluster import check_cluster
+from sarl.plan import check_plan
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
 from sarl.spec.secrets import redact_text
@@ -249,6 +250,9 @@ def reconcile(
     try:
         exp = experiment_from_body(body, platform)
         check_cluster(exp)  # what the trainer would refuse fails here, not in a restarting pod
+        # What would not fit its GPUs, disk or the platform's store fails here too, not hours
+        # into the run (an OOM at the first update, an upload refused at the first checkpoint).
+        check_plan(exp, platform.store_capacity)
         # The admission webhook refuses these first; this holds when it is off or was bypassed.
         refused = image_violations(body, settings.allowed_registries)
         if refused:

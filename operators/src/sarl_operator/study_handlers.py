@@ -39,12 +39,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
 from sarl.integrations.cluster import check_cluster
+from sarl.plan import check_plan, check_study_plan, store_capacity_from_env
 from sarl.spec.experiment import API_VERSION, KIND
 from sarl.spec.loader import SpecError, load_study
 from sarl.spec.secrets import redact_text
@@ -150,12 +152,20 @@ def _validate(doc: dict[str, Any], namespace: str) -> Expansion:
     study = load_study(doc)
     found = Expansion(study)
     arms = [arm.name for arm in study.spec.arms]
+    # The platform store's room (the chart's SARL_STORE_CAPACITY); read per validation, as the
+    # handlers read their settings, so a changed chart value applies without a restart.
+    capacity = store_capacity_from_env(os.environ)
     for run in found.runs():
         try:
             check_cluster(run.experiment)
+            check_plan(run.experiment, capacity)
         except ValueError as e:
             index = arms.index(run.arm)
             raise SpecError(f"spec.arms[{index}] ({run.arm}, seed {run.seed}): {e}") from e
+    try:  # all the runs' checkpoints together
+        check_study_plan(study, capacity)
+    except ValueError as e:
+        raise SpecError(str(e)) from e
     try:  # the shared services' names and models, refused here rather than at every sync
         found.models(namespace)
     except ValueError as e:

@@ -44,18 +44,25 @@ def test_trl_checks_the_cluster_batch_layout() -> None:
     exp = experiment(
         "paper-grpo-math",
         resources={"backend": "trl", "gpus_per_node": 8},
-        algorithm={"micro_batch_size_per_gpu": 3},
+        algorithm={"micro_batch_size_per_gpu": 3, "max_tokens_per_gpu": None},
     )
-    with pytest.raises(ValueError, match="micro_batch_size_per_gpu"):
+    with pytest.raises(ValueError, match="must be a multiple of micro_batch_size_per_gpu"):
         check_cluster(exp)
     # Several weighted rewards are fine for TRL (it sums them).
     check_cluster(
         experiment(
             "paper-grpo-math",
             resources={"backend": "trl"},
+            algorithm={"max_tokens_per_gpu": None},
             reward=[{"name": "structure"}, {"name": "ground_truth", "weight": 0.5}],
         )
     )
+
+
+def test_trl_refuses_the_token_budget_naming_the_field() -> None:
+    exp = experiment("paper-grpo-math", resources={"backend": "trl"})
+    with pytest.raises(ValueError, match=r"max_tokens_per_gpu=24576.*max_tokens_per_gpu: null"):
+        check_cluster(exp)
 
 
 def test_fill_chat_urls_fills_only_endpoints_with_a_model_and_no_url() -> None:

@@ -32,6 +32,7 @@ def load_for_cluster(source: ExperimentSource) -> tuple[Experiment, dict[str, An
     own), and the chosen trainer must accept the spec
     (:func:`sarl.integrations.cluster.check_cluster`)."""
     from sarl.integrations.cluster import chat_endpoints, check_cluster, fill_chat_urls
+    from sarl.plan import check_plan
 
     if isinstance(source, Experiment):
         exp = source
@@ -42,6 +43,9 @@ def load_for_cluster(source: ExperimentSource) -> tuple[Experiment, dict[str, An
         exp = validate_document(filled, label)
     try:
         check_cluster(exp)
+        # GPUs and scratch disk; the store's room is the operator's to check (the platform
+        # chart tells it), `sarl plan --store-capacity` shows it beforehand.
+        check_plan(exp)
     except ValueError as e:
         raise SpecError(str(e)) from e
     stored = exp.spec.model_dump(mode="json")

@@ -93,7 +93,8 @@ def check_names(exp: Experiment) -> None:
 
 def check_cluster(exp: Experiment) -> None:
     """Raise ValueError naming the field when ``spec.resources.backend`` cannot run ``exp``, or
-    when a child object's name would not be a valid Kubernetes name."""
+    when a child object's name would not be a valid Kubernetes name. Its callers check the
+    resource plan next (:func:`sarl.plan.check_plan`)."""
     check_names(exp)
     res = exp.spec.resources
     if res.backend == "trl":

@@ -24,6 +24,15 @@ def check_supported(exp: Experiment) -> None:
             "set spec.resources.backend: verl for PPO (GAE with a critic), or "
             "spec.algorithm.name: grpo"
         )
+    if exp.spec.algorithm.max_tokens_per_gpu is not None:
+        # TRL batches by completions (per_device_train_batch_size), never by a token budget.
+        raise ValueError(
+            f"spec.algorithm.max_tokens_per_gpu={exp.spec.algorithm.max_tokens_per_gpu}: the TRL "
+            "trainer batches by responses, not tokens (the paper presets set it for verl): set "
+            "spec.algorithm.max_tokens_per_gpu: null and size spec.algorithm."
+            "micro_batch_size_per_gpu so that `sarl plan` fits, or set spec.resources.backend: "
+            "verl"
+        )
 
 
 def processes_per_node(exp: Experiment) -> int:

@@ -44,6 +44,11 @@ _PAPER_COMMON: dict[str, Any] = {
         "train_batch_size": 256,
         "mini_batch_size": 256,
         "micro_batch_size_per_gpu": 32,
+        # verl's dynamic batch instead of 32 responses per pass: 32 x 9,216 tokens of logits
+        # over Qwen3's 151,936-token vocabulary need ~250 GiB per GPU (`sarl plan`). 24,576
+        # tokens per GPU is the budget of verl's own Qwen3-8B DAPO recipe (examples/, ~24k);
+        # the plan puts the update at ~42 GiB (GRPO) / ~50 GiB (PPO) of an H100-80GB.
+        "max_tokens_per_gpu": 24576,
         "learning_rate": 1e-6,
         "max_prompt_length": 1024,
         "kl_coef": 0.001,

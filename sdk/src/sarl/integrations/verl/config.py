@@ -173,7 +173,28 @@ def _actor_rollout_ref(exp: Experiment, model: str) -> dict[str, object]:
         f"{_AR}.rollout.val_kwargs.n": _group_size(exp) if group else evaluation.k,
         f"{_AR}.rollout.val_kwargs.temperature": evaluation.temperature,
         f"{_AR}.rollout.val_kwargs.do_sample": True,
+        f"{_AR}.rollout.gpu_memory_utilization": algo.rollout_gpu_memory_utilization,
+        **_dynamic_batch(exp),
     }
+
+
+def _dynamic_batch(exp: Experiment) -> dict[str, object]:
+    """``algorithm.max_tokens_per_gpu``: verl's dynamic batch for the actor's update and (by
+    verl's own ``oc.select`` defaults in ``trainer/config/ref/ref.yaml`` and
+    ``rollout/rollout.yaml``) the ref and rollout log-prob passes; the critic, whose
+    ``ppo_max_token_len_per_gpu`` defaults to 32768, gets the same budget."""
+    budget = exp.spec.algorithm.max_tokens_per_gpu
+    if budget is None:
+        return {}
+    values: dict[str, object] = {
+        f"{_AR}.actor.use_dynamic_bsz": True,
+        f"{_AR}.actor.ppo_max_token_len_per_gpu": budget,
+        f"{_AR}.ref.log_prob_max_token_len_per_gpu": budget,
+        f"{_AR}.rollout.log_prob_max_token_len_per_gpu": budget,
+    }
+    if exp.spec.algorithm.name == "ppo":
+        values["critic.ppo_max_token_len_per_gpu"] = budget
+    return values
 
 
 def _trainer(exp: Experiment, *, n_gpus_per_node: int, nnodes: int) -> dict[str, object]:

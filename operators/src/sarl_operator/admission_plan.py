@@ -1,0 +1,59 @@
+"""The admission webhook's resource-plan check: refuse an Experiment or Study that would not fit.
+
+Called by :func:`sarl_operator.admission.validate_images` (the one validating webhook the chart
+registers) on CREATE, and on an UPDATE that changes the spec (an UPDATE of metadata alone, such
+as kopf removing its finalizer, must pass whatever the spec says). Only the plan is judged here:
+a spec that does not validate passes, and the reconcile handler fails it with its full message
+(:mod:`sarl_operator.experiment_handlers`, :mod:`sarl_operator.study_handlers`). The checks are
+:func:`sarl.plan.check_plan` / :func:`sarl.plan.check_study_plan`, the same the operator and
+``sarl submit`` run, with the platform store's room from ``SARL_STORE_CAPACITY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from sarl.integrations.cluster import fill_chat_urls
+from sarl.plan import check_plan, check_study_plan
+from sarl.spec.loader import SpecError, load_study, validate_document
+from sarl.spec.study import STUDY_KIND
+
+#: Stands in for the URL of a chat endpoint the operator serves, so such a spec validates.
+_SERVED: Final = "http://served-by-the-sarl-operator.invalid/openai"
+
+
+def _document(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": fill_chat_urls(dict(spec), _SERVED) if isinstance(spec, Mapping) else spec,
+    }
+
+
+def plan_violation(body: Mapping[str, Any], store_capacity: int | None) -> str | None:
+    """Why ``body``'s plan does not fit, or None (it fits, or the spec is invalid: reconcile's
+    to report)."""
+    doc = _document(body)
+    try:
+        if doc["kind"] == STUDY_KIND:
+            study = load_study(doc)
+            runs = [(f"{r.arm}, seed {r.seed}", r.experiment) for r in study.runs()]
+        else:
+            study, runs = None, [("", validate_document(doc, "admission"))]
+    except (SpecError, ValueError, TypeError):
+        return None
+    try:
+        for where, exp in runs:
+            try:
+                check_plan(exp, store_capacity)
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}" if where else str(e)) from e
+        if study is not None:
+            check_study_plan(study, store_capacity)
+    except ValueError as e:
+        return str(e)
+    return None
