@@ -45,9 +45,11 @@ from sarl.integrations.cluster import (
     fill_chat_urls,
     served_embedders,
 )
+from sarl.plan import store_capacity_from_env
 from sarl.spec.experiment import GPU_RESOURCE as DEFAULT_GPU_RESOURCE
 from sarl.spec.experiment import Experiment, ResourcesSpec, SecretKeyRef, ServedModelSpec
-from sarl_operator import knative, scheduling
+from sarl.spec.model_source import ModelUri
+from sarl_operator import knative, model_sources, scheduling
 
 CONFIG_DIR: Final = "/etc/sarl"
 CONFIG_FILE: Final = "experiment.yaml"
@@ -97,6 +99,11 @@ class Platform:
     #: Gang scheduler of multi-node PyTorchJobs (``gangScheduler``): one of
     #: :data:`sarl_operator.scheduling.GANG_SCHEDULERS`.
     gang_scheduler: str = "none"
+    #: Room for checkpoints in the platform's store, bytes (``SARL_STORE_CAPACITY``: the bundled
+    #: store's volume or ``objectStore.external.capacity``); None: unknown, not checked.
+    store_capacity: int | None = None
+    #: Hugging Face Hub mirror (``SARL_HF_ENDPOINT``) for pods whose spec sets none; empty: none.
+    hf_endpoint: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Platform:
@@ -112,6 +119,8 @@ class Platform:
             or (f"s3://{env['SARL_S3_BUCKET']}/data" if env.get("SARL_S3_BUCKET") else ""),
             default_queue=env.get("SARL_DEFAULT_QUEUE", ""),
             gang_scheduler=_gang_scheduler(env.get("SARL_GANG_SCHEDULER") or "none"),
+            hf_endpoint=model_sources.platform_hf_endpoint(env.get("SARL_HF_ENDPOINT", "")),
+            store_capacity=store_capacity_from_env(env),
         )
 
 
@@ -302,6 +311,8 @@ def job_env(
             env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
     # The trainer downloads the policy and the evaluation its tokenizer: gated models need it.
     env += hf_token_env(exp.spec.resources.hf_token)
+    # The Hub's mirror, or offline when the policy comes from the store (model_sources).
+    env += model_sources.job_hub_env(exp, platform.hf_endpoint)
     return env
 
 
@@ -372,10 +383,12 @@ def job_pod(
     selector, tolerations, service account and image pull secrets."""
     res = exp.spec.resources
     volume, scratch_mount, scratch_vars = _scratch(exp, scratch_size or res.scratch_size)
+    model_volumes, model_mounts = model_sources.policy_volume(exp)  # a pvc:// policy's claim
     mounts = [
         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
         scratch_mount,
+        *model_mounts,
     ]
     env = [*container.get("env", []), *scratch_vars, *scratch_env()]
     pod: dict[str, Any] = {
@@ -388,6 +401,7 @@ def job_pod(
             # Checkpoints and caches (~60 GB per Qwen3-4B checkpoint) must not fill the
             # container's writable layer, which has no size limit and shares the node's disk.
             volume,
+            *model_volumes,
         ],
     }
     if res.service_account:
@@ -485,12 +499,14 @@ def pytorchjob(
 def _vllm_isvc(
     metadata: dict[str, Any],
     model_name: str,
-    model_id: str,
+    source: ModelUri,
     served: ServedModelSpec,
     res: ResourcesSpec,
     task_args: list[str],
+    hf_endpoint: str = "",
 ) -> dict[str, Any]:
-    """An InferenceService serving ``model_id`` with vLLM on KServe's Hugging Face runtime.
+    """An InferenceService serving ``source`` with vLLM on KServe's Hugging Face runtime (a Hub
+    id by ``--model_id``; an s3 or pvc source from ``storageUri``, :mod:`model_sources`).
 
     KServe strategic-merges ``predictor.model`` into the runtime's container (1 CPU, 2Gi) and
     appends these args to the runtime's ``--model_name={{.Name}}`` (the later flag wins), so
@@ -500,7 +516,7 @@ def _vllm_isvc(
     amounts = {"cpu": served.cpu, "memory": served.memory, gpu: str(served.gpus)}
     args = [
         f"--model_name={model_name}",
-        f"--model_id={model_id}",
+        *model_sources.served_args(source),
         "--backend=vllm",
         f"--max_model_len={served.max_model_len}",
     ]
@@ -515,10 +531,12 @@ def _vllm_isvc(
             "resources": {"requests": dict(amounts), "limits": dict(amounts)},
         },
     }
-    # A gated model: the runtime downloads it with huggingface_hub, which reads HF_TOKEN.
-    token = hf_token_env(served.hf_token or res.hf_token)
-    if token:
-        predictor["model"]["env"] = token
+    # A gated model: the runtime downloads it with huggingface_hub, which reads HF_TOKEN; the
+    # Hub's mirror, or offline for a model from the store.
+    env = hf_token_env(served.hf_token or res.hf_token)
+    env += model_sources.hub_env(source, res.hf_endpoint or hf_endpoint)
+    if env:
+        predictor["model"]["env"] = env
     # PredictorSpec inlines a PodSpec (KServe's predictor.go): pod fields sit on the predictor.
     service_account = served.service_account or res.service_account
     if service_account:
@@ -541,25 +559,41 @@ def _vllm_isvc(
     }
 
 
-def _embedding_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any]:
+def _embedding_isvc(
+    exp: Experiment, namespace: str, model: str, field: str, platform: Platform
+) -> dict[str, Any]:
     metadata = meta(exp, embedding_name(exp), namespace, "embedding")
     metadata["labels"]["sarl.dev/embedding-backend"] = "vllm"
     # vLLM serves embeddings only as a pooling model (vLLM >= 0.10.1, KServe >= 0.17: older
     # runtimes drop the unknown flag and load the model as a generator).
     served = exp.spec.serving.embedding
+    source = model_sources.served_source(model, field)
     isvc = _vllm_isvc(
-        metadata, _EMBEDDING_MODEL_NAME, model_id, served, exp.spec.resources, ["--runner=pooling"]
-    )
+        metadata, _EMBEDDING_MODEL_NAME, source, served, exp.spec.resources,
+        ["--runner=pooling"], platform.hf_endpoint,
+    )  # fmt: skip
+    isvc = model_sources.with_storage(isvc, source, _credentials_secret(exp, platform))
     return _with_deployment_mode(exp, isvc, "embedding")
 
 
-def _judge_isvc(exp: Experiment, namespace: str, model_id: str) -> dict[str, Any]:
+def _judge_isvc(
+    exp: Experiment, namespace: str, model: str, field: str, platform: Platform
+) -> dict[str, Any]:
     metadata = meta(exp, judge_name(exp.name), namespace, "judge")
     metadata["labels"]["sarl.dev/judge-backend"] = "vllm"
     # Generation is the runtime's default task; the judge is called on /openai/v1/chat/completions.
     served = exp.spec.serving.judge
-    isvc = _vllm_isvc(metadata, _JUDGE_MODEL_NAME, model_id, served, exp.spec.resources, [])
+    source = model_sources.served_source(model, field)
+    isvc = _vllm_isvc(
+        metadata, _JUDGE_MODEL_NAME, source, served, exp.spec.resources, [], platform.hf_endpoint
+    )
+    isvc = model_sources.with_storage(isvc, source, _credentials_secret(exp, platform))
     return _with_deployment_mode(exp, isvc, "judge")
+
+
+def _credentials_secret(exp: Experiment, platform: Platform) -> str:
+    """The S3 credentials Secret of the Experiment's pods (as :func:`job_env`)."""
+    return exp.spec.storage.credentials_secret or platform.s3_credentials_secret
 
 
 def _with_deployment_mode(exp: Experiment, isvc: dict[str, Any], served: str) -> dict[str, Any]:
@@ -587,14 +621,17 @@ def _one_model(served: list[tuple[str, str]], where: str, noun: str) -> str | No
     return models[0] if models else None
 
 
-def embedding_service(exp: Experiment, namespace: str) -> dict[str, Any] | None:
+def embedding_service(
+    exp: Experiment, namespace: str, platform: Platform = DEFAULT_PLATFORM
+) -> dict[str, Any] | None:
     """InferenceService ``<name>-embedding`` for the embedders the operator serves (None: every
     embedder has a URL). A Study builds its shared embedding service from this one."""
     embedders = [(f"spec.reward[{i}]", model) for i, model in _served_embedders(exp)]
     embedding_model = _one_model(embedders, "spec.reward", "embedding")
     if embedding_model is None:
         return None
-    return _embedding_isvc(exp, namespace, embedding_model)
+    field = next(f"{p}.settings.embedder.model" for p, m in embedders if m == embedding_model)
+    return _embedding_isvc(exp, namespace, embedding_model, field, platform)
 
 
 def predictor_url(isvc_name: str, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> str:
@@ -620,13 +657,14 @@ def inference_services(
 ) -> list[dict[str, Any]]:
     """The InferenceServices the rewards need: at most one embedding and one judge ISVC."""
     out: list[dict[str, Any]] = []
-    embedding = embedding_service(exp, namespace)
+    embedding = embedding_service(exp, namespace, platform)
     if embedding is not None:
         out.append(embedding)
     judges = served_judges(exp, namespace, platform)
     judge_model = _one_model(judges, ", ".join(p for p, _ in judges), "judge")
     if judge_model is not None:
-        out.append(_judge_isvc(exp, namespace, judge_model))
+        field = next(f"{p}.model" for p, m in judges if m == judge_model)
+        out.append(_judge_isvc(exp, namespace, judge_model, field, platform))
     return out
 
 

@@ -154,10 +154,16 @@ def plan_experiment(
         critic = algo.name == "ppo"
         checkpoint = storage.run_checkpoint(shape.parameters, critic=critic)
         store = storage.store_need(checkpoint, spec.storage.keep_last)
+        gpu_job = res.gpus_per_node > 0 and not spec.model.is_builtin
+        caches = storage.CACHES if gpu_job else storage.SMALL_CACHES
         scratch = storage.scratch_need(
-            shape.parameters, critic=critic, keep_last=spec.storage.keep_last, nodes=res.nodes
+            shape.parameters,
+            critic=critic,
+            keep_last=spec.storage.keep_last,
+            nodes=res.nodes,
+            caches=caches,
         )
-        checks += _disk_checks(exp, scratch, store, store_capacity)
+        checks += _disk_checks(exp, scratch, caches, store, store_capacity)
     n_steps, run_hours = _hours(exp, shape, world, train_rows, notes)
     gpu_hours = None if run_hours is None else run_hours * (world + served_gpus)
     return ExperimentPlan(
@@ -365,7 +371,7 @@ def _served_checks(exp: Experiment, gpu_memory: int) -> list[Check]:
 
 
 def _disk_checks(
-    exp: Experiment, scratch: int, store: int, store_capacity: int | None
+    exp: Experiment, scratch: int, caches: int, store: int, store_capacity: int | None
 ) -> list[Check]:
     res, keep = exp.spec.resources, exp.spec.storage.keep_last
     checks = []
@@ -373,7 +379,7 @@ def _disk_checks(
         checks.append(
             Check(
                 what=f"the trainer pod's scratch disk ({keep} local checkpoints, the policy, "
-                f"caches of {gib(storage.CACHES)})",
+                f"caches of {gib(caches)})",
                 need=scratch,
                 have=parse_quantity(res.scratch_size),
                 field="spec.resources.scratch_size",

@@ -29,8 +29,10 @@ from sarl.plan.memory import GIB
 SHARDED_CHECKPOINT_BYTES_PER_PARAM: Final = 4 + 8
 #: The HF copy rank 0 saves for evaluation (bf16).
 HF_BYTES_PER_PARAM: Final = 2
-#: Ray's object spill, torch/vLLM compile caches and datasets on a trainer pod (assumption).
+#: Ray's object spill, torch/vLLM compile caches and datasets on a GPU trainer pod (assumption).
 CACHES: Final = 30 * GIB
+#: The same on a CPU pod or with the built-in tiny model (no vLLM, no compile caches).
+SMALL_CACHES: Final = 1 * GIB
 
 
 def actor_checkpoint(params: int) -> int:
@@ -53,9 +55,11 @@ def store_need(checkpoint: int, keep_last: int) -> int:
     return (keep_last + 1) * checkpoint
 
 
-def scratch_need(params: int, *, critic: bool, keep_last: int, nodes: int) -> int:
+def scratch_need(
+    params: int, *, critic: bool, keep_last: int, nodes: int, caches: int = CACHES
+) -> int:
     """Scratch bytes of the fullest trainer pod (node 0, which also holds the HF weights)."""
     sharded = SHARDED_CHECKPOINT_BYTES_PER_PARAM * params * (2 if critic else 1) // nodes
     local_checkpoints = keep_last * (sharded + HF_BYTES_PER_PARAM * params)
     download = HF_BYTES_PER_PARAM * params
-    return local_checkpoints + download + CACHES
+    return local_checkpoints + download + caches

@@ -185,7 +185,29 @@ class AlgorithmSpec(_Strict):
     temperature: float = Field(default=1.0, gt=0)
     train_batch_size: int = Field(default=256, ge=1, description="Prompts per training step.")
     mini_batch_size: int = Field(default=256, ge=1, description="Prompts per policy update.")
-    micro_batch_size_per_gpu: int = Field(default=32, ge=1)
+    micro_batch_size_per_gpu: int = Field(
+        default=32,
+        ge=1,
+        description="Responses per GPU per forward pass of the policy update and the log-prob "
+        "passes, when max_tokens_per_gpu is not set.",
+    )
+    max_tokens_per_gpu: int | None = Field(
+        default=None,
+        ge=1,
+        description="Dynamic batching (verl: use_dynamic_bsz with ppo_max_token_len_per_gpu and "
+        "log_prob_max_token_len_per_gpu): each forward pass packs responses up to this many "
+        "tokens per GPU instead of micro_batch_size_per_gpu responses, which bounds the logits "
+        "(tokens x vocabulary) whatever the response length. At least max_prompt_length + "
+        "max_response_length. `sarl plan` shows what it costs in GPU memory. verl only.",
+    )
+    rollout_gpu_memory_utilization: float = Field(
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="Share of each GPU's memory vLLM takes for generation (weights and KV cache; "
+        "verl's rollout.gpu_memory_utilization). The trainer's own state stays on the GPU beside "
+        "it, so both must fit: `sarl plan` checks it.",
+    )
     epochs: int = Field(default=15, ge=1)
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many steps.")
     seed: int = 0
@@ -196,6 +218,15 @@ class AlgorithmSpec(_Strict):
             raise ValueError(
                 f"mini_batch_size: {self.mini_batch_size} exceeds train_batch_size "
                 f"{self.train_batch_size}"
+            )
+        longest = self.max_prompt_length + self.max_response_length
+        if self.max_tokens_per_gpu is not None and self.max_tokens_per_gpu < longest:
+            # verl would still run a longer response alone in its micro-batch, over the budget
+            # the memory plan counted on: refuse the budget instead.
+            raise ValueError(
+                f"max_tokens_per_gpu: {self.max_tokens_per_gpu} is below max_prompt_length + "
+                f"max_response_length ({longest}); one response must fit in a forward pass: set "
+                f"it to at least {longest}"
             )
         return self
 
@@ -428,6 +459,14 @@ class ResourcesSpec(_Strict):
     evaluation: EvaluationPodSpec = Field(
         default_factory=EvaluationPodSpec,
         description="CPU, memory and scratch disk of the evaluation Job's pod.",
+    )
+    gpu_memory: _Quantity = Field(
+        default="80Gi",
+        json_schema_extra=_QUANTITY_SCHEMA,
+        description="Memory of one GPU of gpu_resource (H100/A100 80GB: 80Gi; H200: 141Gi; "
+        "a MIG profile: its slice, e.g. 10Gi). The resource plan (`sarl plan`) checks every "
+        "trainer, evaluation and served pod against it; `sarl submit` and the operator refuse "
+        "a spec that does not fit.",
     )
     gpu_resource: _ExtendedResource = Field(
         default=GPU_RESOURCE,
