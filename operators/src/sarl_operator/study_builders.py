@@ -154,7 +154,7 @@ def shared_models(
     found: dict[str, tuple[dict[str, Any], list[str], bool]] = {}
     for run in study.runs():
         exp = run.experiment
-        isvc = builders.embedding_service(exp, namespace)
+        isvc = builders.embedding_service(exp, namespace, platform)
         if isvc is None:
             continue
         name = shared_name(study, isvc)
