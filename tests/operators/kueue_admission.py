@@ -1,9 +1,9 @@
-"""Emulation of what Kueue writes into a PyTorchJob's pod templates when it admits the job and
-when it suspends it again, for tests of how the operator's later patches treat those fields.
+"""Emulation of what Kueue writes into a training job's pod templates when it admits the job and
+when it suspends it again, for tests of how the operator's patches and reports treat them.
 
 No Kueue can run here. What is reproduced, read at Kueue v0.19.2:
 
-* admission (``pkg/controller/jobframework/reconciler.go`` ``startJob`` →
+* PyTorchJob admission (``pkg/controller/jobframework/reconciler.go`` ``startJob`` →
   ``pkg/controller/jobs/kubeflow/kubeflowjob/kubeflowjob_controller.go`` ``RunWithPodSetsInfo``):
   ``runPolicy.suspend`` false and, for each replica type's pod template, ``pkg/podset/podset.go``
   ``Merge`` of the assigned flavor's info (``FromAssignment``: the ResourceFlavor's
@@ -15,6 +15,9 @@ No Kueue can run here. What is reproduced, read at Kueue v0.19.2:
 * suspension (``stopJob`` → ``RestorePodSetsInfo`` → ``podset.RestorePodSpec``): suspend true
   and each template's labels, nodeSelector and tolerations set back to those the Workload
   recorded from the job before admission.
+* TrainJob (``pkg/controller/jobs/trainjob``): the webhook appends an empty entry of Kueue's to
+  ``spec.runtimePatches``; admission fills it with the flavor's info alone and unsuspends; and
+  how Kubeflow Trainer v2.3.0 then applies the entries to the pods' tolerations.
 
 Used by ``tests/operators/test_kueue_admission.py``.
 """
@@ -99,3 +102,50 @@ def _patch(job: Mapping[str, Any], replicas: dict[str, Any], *, suspend: bool) -
         "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
         "spec": {"runPolicy": {"suspend": suspend}, "pytorchReplicaSpecs": replicas},
     }
+
+
+# ---- TrainJob (Kueue's runtimePatches entry, and how Kubeflow Trainer v2.3.0 applies it) ----
+
+#: v0.19.2 pkg/controller/jobs/trainjob/trainjob_controller.go ``runtimePatchManagerName``.
+KUEUE_MANAGER: Final = "kueue.x-k8s.io/manager"
+
+
+def trainjob_created(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainJob as stored after Kueue's mutating webhook (trainjob_webhook.go ``Default``):
+    an empty entry of Kueue's appended to ``spec.runtimePatches``, after the operator's."""
+    out = copy.deepcopy(dict(job))
+    empty = {"manager": KUEUE_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {}}}}
+    out["spec"].setdefault("runtimePatches", []).append(empty)
+    return out
+
+
+def trainjob_admitted(job: Mapping[str, Any], flavor: Flavor, node: str) -> dict[str, Any]:
+    """The TrainJob after Kueue admits it (trainjob_controller.go ``RunWithPodSetsInfo``): its
+    entry's replicated job ``node`` set to the flavor's info alone (node labels, tolerations,
+    the podset label), and unsuspended."""
+    out = copy.deepcopy(dict(job))
+    pod: dict[str, Any] = {"nodeSelector": dict(flavor.node_labels)}
+    if flavor.tolerations:  # Go's omitempty: no list at all when the flavor has none
+        pod["tolerations"] = copy.deepcopy(flavor.tolerations)
+    template = {"metadata": {"labels": {PODSET_LABEL: node}}, "spec": pod}
+    rjob = {"name": node, "template": {"spec": {"template": template}}}
+    for entry in out["spec"]["runtimePatches"]:
+        if entry["manager"] == KUEUE_MANAGER:
+            entry["trainingRuntimeSpec"]["template"]["spec"] = {"replicatedJobs": [rjob]}
+    out["spec"]["suspend"] = False
+    return out
+
+
+def trainer_pod_tolerations(job: Mapping[str, Any], node: str) -> list[dict[str, Any]]:
+    """The tolerations the ``node`` pods get (the runtime's own taken as none): Trainer v2.3.0
+    ``pkg/runtime/core/trainingruntime.go`` ``mergeRuntimePatches`` strategic-merges each entry
+    in list order, and ``PodSpec.tolerations`` has no patch strategy, so the last entry that
+    sets the list replaces it whole."""
+    out: list[dict[str, Any]] = []
+    for entry in job["spec"].get("runtimePatches") or []:
+        spec = entry["trainingRuntimeSpec"]["template"]["spec"]
+        for rjob in spec.get("replicatedJobs") or []:
+            pod = rjob["template"]["spec"]["template"].get("spec") or {}
+            if rjob["name"] == node and pod.get("tolerations"):
+                out = copy.deepcopy(pod["tolerations"])
+    return out

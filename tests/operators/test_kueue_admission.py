@@ -1,14 +1,17 @@
 """An admitted PyTorchJob keeps what Kueue merged into its pods when the operator applies the
-Experiment again (a spec update, or the operator's restart resuming every Experiment).
+Experiment again (a spec update, or the operator's restart resuming every Experiment); an
+admitted TrainJob whose pods lost the spec's tolerations to the flavor's says so.
 
 Kueue v0.19.2 merges the assigned ResourceFlavor's node labels and tolerations into every pod
 template when it admits a job (``pkg/podset/podset.go`` ``Merge``); the operator's merge patch
 of an existing job replaced the template's ``tolerations`` list with the spec's, so a pod
-recreated after a node loss no longer tolerated the taints of the flavor's nodes. Kueue cannot
-run here: :mod:`tests.operators.kueue_admission` emulates its writes (and names the upstream
-files); the API server is kmock's emulator (:mod:`tests.support.kube_server`), whose merge patch
-follows RFC 7386 as the API server's does (maps merged, lists replaced). The handlers and the
-kubernetes client are the real ones.
+recreated after a node loss no longer tolerated the taints of the flavor's nodes. A TrainJob
+has the mirror problem: Kueue's runtimePatches entry, applied after the operator's, replaces
+the spec's tolerations with the flavor's. Kueue cannot run here:
+:mod:`tests.operators.kueue_admission` emulates its writes and how Kubeflow Trainer v2.3.0
+applies a TrainJob's runtimePatches, naming the upstream files; the API server is kmock's
+emulator (:mod:`tests.support.kube_server`), whose merge patch follows RFC 7386 as the API
+server's does (maps merged, lists replaced). The handlers and the kubernetes client are real.
 """
 
 from __future__ import annotations
@@ -23,11 +26,20 @@ import pytest
 
 pytest.importorskip("kmock")
 
-from sarl_operator import experiment_handlers, scheduling
+from sarl_operator import experiment_handlers, scheduling, trainjob
+from sarl_operator.experiment_conditions import admission_condition
 from sarl_operator.kube import DynamicKubeApi
-from tests.operators.cases import NAMESPACE, PLATFORM, two_node_doc
-from tests.operators.kueue_admission import PODSET_LABEL, Flavor, admission_patch, suspension_patch
-from tests.operators.test_handlers import SETTINGS, FakeTracker
+from tests.operators.cases import IMAGE, NAMESPACE, PLATFORM, RUN_ID, TRACKING_URI, two_node_doc
+from tests.operators.kueue_admission import (
+    PODSET_LABEL,
+    Flavor,
+    admission_patch,
+    suspension_patch,
+    trainer_pod_tolerations,
+    trainjob_admitted,
+    trainjob_created,
+)
+from tests.operators.test_handlers import SETTINGS, FakeApi, FakeTracker
 from tests.support.kube_server import ISVCS, PYTORCHJOBS, SECRETS, KubeServer, kube_server
 
 NAME: Final = "sarl-grpo-math-2node"
@@ -184,3 +196,64 @@ def test_keep_admission_leaves_a_trainjob_patch_alone() -> None:
              "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"a": "b"}}}  # fmt: skip
     live = {**patch, "spec": {"suspend": False}}
     assert scheduling.keep_admission(patch, live) == patch
+
+
+# ---- TrainJob: Kueue's entry replaces the spec's tolerations; the operator says so ----
+
+
+def _admitted_trainjob(flavor: Flavor) -> dict[str, Any]:
+    """The 2-node case's TrainJob in queue team-a, as stored once Kueue admitted it."""
+    exp = experiment_handlers.experiment_from_body(_body(), PLATFORM)
+    built = trainjob.trainjob(
+        exp, NAMESPACE, image=IMAGE, mlflow_run_id=RUN_ID, tracking_uri=TRACKING_URI,
+        platform=PLATFORM,
+    )  # fmt: skip
+    built["metadata"]["uid"] = "job-uid"
+    return trainjob_admitted(trainjob_created(built), flavor, trainjob.NODE)
+
+
+def _admitted_workload() -> dict[str, Any]:
+    conds = [{"type": t, "status": "True"} for t in ("QuotaReserved", "Admitted")]
+    return {
+        "apiVersion": scheduling.WORKLOAD_API_VERSION, "kind": "Workload",
+        "metadata": {"name": "trainjob-x-1a2b3", "namespace": NAMESPACE,
+                     "labels": {scheduling.JOB_UID_LABEL: "job-uid"},
+                     "ownerReferences": [{"controller": True, "uid": "job-uid"}]},
+        "status": {"conditions": conds, "admission": {"clusterQueue": "gpus"}},
+    }  # fmt: skip
+
+
+def _admitted_condition(job: dict[str, Any]) -> dict[str, Any]:
+    api = FakeApi(trainer_v2=True)
+    wl = _admitted_workload()
+    api.objects[(wl["apiVersion"], "Workload", NAMESPACE, wl["metadata"]["name"])] = wl
+    cond = admission_condition(api, job)
+    assert cond is not None and cond["status"] == "True"
+    return cond
+
+
+def test_an_admitted_trainjob_says_the_flavor_replaced_the_spec_tolerations() -> None:
+    job = _admitted_trainjob(FLAVOR)
+    # What the pods get (emulated Trainer v2.3.0): the flavor's list alone.
+    assert trainer_pod_tolerations(job, trainjob.NODE) == FLAVOR.tolerations
+    assert trainjob.replaced_tolerations(job) == [SPEC_TOLERATION]
+    message = _admitted_condition(job)["message"]
+    assert "replaced spec.resources.tolerations (nvidia.com/gpu)" in message
+    assert "add them to the ResourceFlavor's spec.tolerations" in message
+    assert "job_kind: PyTorchJob" in message
+
+
+@pytest.mark.parametrize(
+    "flavor",
+    [
+        Flavor(node_labels=FLAVOR.node_labels),  # no tolerations: the spec's stay
+        Flavor(tolerations=[SPEC_TOLERATION, *FLAVOR.tolerations]),  # the flavor has the spec's
+    ],
+)
+def test_an_admitted_trainjob_whose_pods_keep_the_spec_tolerations_says_nothing(
+    flavor: Flavor,
+) -> None:
+    job = _admitted_trainjob(flavor)
+    assert SPEC_TOLERATION in trainer_pod_tolerations(job, trainjob.NODE)
+    assert trainjob.replaced_tolerations(job) == []
+    assert "tolerations" not in _admitted_condition(job)["message"]

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sarl.spec.experiment import Experiment
-from sarl_operator import builders, evaluation, scheduling
+from sarl_operator import builders, evaluation, scheduling, trainjob
 from sarl_operator.kube import KubeApi, MissingApiError, controlled_by
 from sarl_operator.reconcile import PostEvent, Settings, release_owned
 from sarl_operator.status import (
@@ -158,4 +158,15 @@ def admission_condition(api: KubeApi, job: Mapping[str, Any] | None) -> dict[str
         )
     except MissingApiError:
         return scheduling.kueue_unavailable(str(queue))
-    return scheduling.workload_state(scheduling.owned_workloads(found, uid), str(queue))
+    state = scheduling.workload_state(scheduling.owned_workloads(found, uid), str(queue))
+    lost = trainjob.replaced_tolerations(job) if job.get("kind") == trainjob.KIND else []
+    if lost:
+        keys = ", ".join(sorted({str(t.get("key") or "*") for t in lost}))
+        state["message"] += (
+            f"; the admitted flavor's tolerations replaced spec.resources.tolerations ({keys}) "
+            "on the TrainJob's pods (Kueue fills its own runtimePatches entry, which Kubeflow "
+            "Trainer v2.3.0 applies after the operator's, and a pod's tolerations are replaced, "
+            "not merged): add them to the ResourceFlavor's spec.tolerations, or set "
+            "spec.resources.job_kind: PyTorchJob (Kueue merges tolerations into a PyTorchJob)"
+        )
+    return state

@@ -228,7 +228,7 @@ def _replica_templates(job: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {"": spec["template"]} if "template" in spec else {}
 
 
-def _toleration_key(t: Mapping[str, Any]) -> tuple[str, str, str, str]:
+def toleration_key(t: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """What makes two tolerations the same one (Kueue v0.19.2 pkg/util/tolerations ``Equal``:
     ``MatchToleration``'s key, operator, value and effect; an empty operator is ``Equal``)."""
     op = str(t.get("operator") or "Equal")
@@ -270,8 +270,8 @@ def keep_admission(patch: Mapping[str, Any], current: Mapping[str, Any] | None) 
         if not isinstance(pod, dict) or "tolerations" not in pod:
             continue  # not in the patch: the live list stays as it is
         wanted = list(pod["tolerations"])
-        seen = {_toleration_key(t) for t in wanted}
-        wanted += [t for t in live_pod.get("tolerations") or [] if _toleration_key(t) not in seen]
+        seen = {toleration_key(t) for t in wanted}
+        wanted += [t for t in live_pod.get("tolerations") or [] if toleration_key(t) not in seen]
         pod["tolerations"] = wanted
     return out
 

@@ -24,6 +24,7 @@ those of :func:`sarl_operator.builders.job_pod`, the PyTorchJob's, so both kinds
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -161,6 +162,42 @@ def existing_patch(job: dict[str, Any]) -> dict[str, Any]:
             "metadata": {k: meta[k] for k in ("name", "namespace", "labels") if k in meta},
         }
     )
+
+
+def _node_tolerations(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``node`` pod tolerations a ``runtimePatches`` entry sets (empty: none)."""
+    spec = ((entry.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+    for rjob in spec.get("replicatedJobs") or []:
+        if rjob.get("name") == NODE:
+            pod = ((rjob.get("template") or {}).get("spec") or {}).get("template") or {}
+            return list((pod.get("spec") or {}).get("tolerations") or [])
+    return []
+
+
+def replaced_tolerations(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tolerations of the operator's ``runtimePatches`` entry that the TrainJob's pods do
+    not get, because a later entry sets its own (empty: none lost).
+
+    The Trainer strategic-merges the entries onto the runtime's JobSet template in list order
+    (v2.3.0 ``pkg/runtime/core/trainingruntime.go``, ``mergeRuntimePatches``), and a pod's
+    ``tolerations`` has no patch strategy (``k8s.io/api/core/v1`` ``PodSpec``): the last entry
+    that sets them wins whole. Kueue's TrainJob webhook appends its entry after the operator's at
+    creation, and on admission fills it with the assigned ResourceFlavor's tolerations alone
+    (v0.19.2 ``pkg/controller/jobs/trainjob``: ``Default``, ``RunWithPodSetsInfo``), not merged
+    with the job's as its other integrations do (``pkg/podset/podset.go`` ``Merge``). So with a
+    flavor that has tolerations the spec's are lost on the pods; runtimePatches cannot change
+    while the TrainJob runs (jobset plugin, ``checkRuntimePatchesImmutability``), so the
+    operator can only say so (the ``Admitted`` condition)."""
+    entries = list((job.get("spec") or {}).get("runtimePatches") or [])
+    mine = [i for i, e in enumerate(entries) if e.get("manager") == PATCH_MANAGER]
+    if not mine:
+        return []
+    ours = _node_tolerations(entries[mine[0]])
+    effective = ours
+    for entry in entries[mine[0] + 1 :]:
+        effective = _node_tolerations(entry) or effective
+    kept = {scheduling.toleration_key(t) for t in effective}
+    return [t for t in ours if scheduling.toleration_key(t) not in kept]
 
 
 @dataclass(frozen=True)
