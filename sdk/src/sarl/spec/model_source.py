@@ -111,6 +111,13 @@ class ModelUri:
         raise ValueError(f"{self.uri}: a {self.kind} model has no local directory")
 
 
+def loader_path(source: ModelUri, workdir: Path) -> str:
+    """What a model loader (``from_pretrained``, vLLM, verl's ``model.path``) is given for
+    ``source`` in a job working under ``workdir``: the Hub id, else the local directory (where
+    ``sarl.storage.models.materialize`` puts an s3 copy). No I/O: a job's dry-run plan shows it."""
+    return source.hub_id if source.is_hub else str(source.local_dir(workdir))
+
+
 def pvc_mount_path(claim: str) -> str:
     """Where a trainer or evaluation pod mounts the claim of a ``pvc://`` policy."""
     return f"{PVC_MOUNT_ROOT}/{claim}"

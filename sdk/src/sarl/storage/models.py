@@ -32,7 +32,7 @@ from typing import Any, Final
 from minio.deleteobjects import DeleteObject
 from minio.error import S3Error
 
-from sarl.spec.model_source import MODEL_MANIFEST, ModelUri, parse_model_uri
+from sarl.spec.model_source import MODEL_MANIFEST, ModelUri, loader_path, parse_model_uri
 from sarl.storage.base import (
     FileEntry,
     Progress,
@@ -271,10 +271,10 @@ def materialize(
     a ``pvc://`` model (mounted by the operator at :func:`sarl.spec.model_source.pvc_mount_path`)
     or of a local path. ValueError for the built-in model, which the caller builds."""
     source = parse_model_uri(name, field)
-    if source.kind == "hub":
-        return source.hub_id
     if source.kind == "builtin":
         raise ValueError(f"{field}: the built-in model is built by the job, not fetched")
+    if source.is_hub:
+        return loader_path(source, workdir)
     local = source.local_dir(workdir)
     if source.kind == "s3":
         S3ModelStore(source, endpoint_url=endpoint_url).download(local)
