@@ -514,7 +514,8 @@ class ResourcesSpec(_Strict):
         description="Kubeflow job the trainer runs as: 'TrainJob' (Kubeflow Trainer v2, against "
         "the platform chart's ClusterTrainingRuntime), 'PyTorchJob' (Training Operator v1), or "
         "'auto': TrainJob when the cluster serves trainer.kubeflow.org/v1alpha1 TrainJobs, "
-        "PyTorchJob otherwise. status.jobKind says which was chosen.",
+        "PyTorchJob otherwise, and PyTorchJob wherever it is served when priority_class is set "
+        "(a TrainJob cannot carry it). status.jobKind says which was chosen.",
     )
     queue: _QueueName | None = Field(
         default=None,
