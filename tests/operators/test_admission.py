@@ -585,3 +585,71 @@ def test_updates_of_earlier_objects_pass_unless_the_image_changes(
     changed = copy.deepcopy(old)
     changed["spec"]["resources"]["image"] = "evil.io/y:1"
     assert _post(operator, chart, _review(changed, "UPDATE", old))["allowed"] is False
+
+
+# ---- the resource plan (sarl_operator.admission_plan), through the same webhook ----
+
+
+def paper_experiment(**algorithm: object) -> dict[str, Any]:
+    """The paper's GRPO preset with ``algorithm`` fields changed, checkpointing to a store of
+    its own (the chart's bundled store, 20Gi, would refuse the checkpoints)."""
+    body = experiment(name="paper")
+    body["spec"] = {
+        "preset": "paper-grpo-math",
+        "algorithm": dict(algorithm),
+        "storage": {"endpoint_url": "https://s3.example.com"},
+    }
+    return body
+
+
+def test_a_spec_that_does_not_fit_its_gpus_is_refused_with_the_numbers(
+    operator: Webhook, chart: dict[str, dict[str, Any]]
+) -> None:
+    assert _post(operator, chart, _review(paper_experiment(), "CREATE"))["allowed"] is True
+    answer = _post(operator, chart, _review(paper_experiment(max_tokens_per_gpu=None), "CREATE"))
+    assert answer["allowed"] is False
+    message = answer["status"]["message"]
+    assert message.startswith("the resource plan does not fit")
+    assert "spec.algorithm.micro_batch_size_per_gpu" in message and "has 72.0 GiB" in message
+    # In the platform's bundled store (the chart tells the operator its 20Gi): refused too.
+    bundled = paper_experiment()
+    del bundled["spec"]["storage"]
+    answer = _post(operator, chart, _review(bundled, "CREATE"))
+    assert answer["allowed"] is False
+    assert "spec.storage.checkpoint_uri" in answer["status"]["message"]
+    assert "has 20.0 GiB" in answer["status"]["message"]
+
+
+def test_plan_updates_pass_unless_the_spec_changes(
+    operator: Webhook, chart: dict[str, dict[str, Any]]
+) -> None:
+    """kopf's finalizer patch is an UPDATE of metadata: it must pass whatever the spec says
+    (an object admitted before the plan check existed could not be deleted otherwise)."""
+    old = paper_experiment(max_tokens_per_gpu=None)
+    finalized = copy.deepcopy(old)
+    finalized["metadata"]["finalizers"] = ["kopf.zalando.org/KopfFinalizerMarker"]
+    assert _post(operator, chart, _review(finalized, "UPDATE", old))["allowed"] is True
+    changed = copy.deepcopy(old)
+    changed["spec"]["algorithm"]["micro_batch_size_per_gpu"] = 16
+    assert _post(operator, chart, _review(changed, "UPDATE", old))["allowed"] is False
+
+
+def test_plan_violation_checks_the_store_and_leaves_invalid_specs_to_reconcile() -> None:
+    from sarl_operator.admission_plan import plan_violation
+
+    paper_study = load_study(
+        Path(__file__).resolve().parents[2] / "examples/studies/sarl-math.yaml"
+    )
+    body = {
+        "apiVersion": "sarl.dev/v1alpha1",
+        "kind": "Study",
+        "metadata": {"name": "sarl-math", "namespace": "team-a"},
+        "spec": paper_study.spec.model_dump(mode="json", exclude_unset=True),
+    }
+    refused = plan_violation(body, 20 * 2**30)
+    assert refused is not None and "spec.base.storage.checkpoint_uri" in refused
+    assert "has 20.0 GiB" in refused
+    assert plan_violation(body, 8 * 2**40) is None
+    broken = experiment()
+    broken["spec"]["algorithm"] = {"name": "no-such-algorithm"}
+    assert plan_violation(broken, 1) is None  # reconcile reports the invalid field

@@ -47,13 +47,13 @@ def plan_violation(body: Mapping[str, Any], store_capacity: int | None) -> str |
     except (SpecError, ValueError, TypeError):
         return None
     try:
+        if study is not None:  # the Study's total first: it is what the store must hold
+            check_study_plan(study, store_capacity)
         for where, exp in runs:
             try:
                 check_plan(exp, store_capacity)
             except ValueError as e:
                 raise ValueError(f"{where}: {e}" if where else str(e)) from e
-        if study is not None:
-            check_study_plan(study, store_capacity)
     except ValueError as e:
         return str(e)
     return None

@@ -155,6 +155,10 @@ def _validate(doc: dict[str, Any], namespace: str) -> Expansion:
     # The platform store's room (the chart's SARL_STORE_CAPACITY); read per validation, as the
     # handlers read their settings, so a changed chart value applies without a restart.
     capacity = store_capacity_from_env(os.environ)
+    try:  # all the runs' checkpoints together, before each run's own share
+        check_study_plan(study, capacity)
+    except ValueError as e:
+        raise SpecError(str(e)) from e
     for run in found.runs():
         try:
             check_cluster(run.experiment)
@@ -162,10 +166,6 @@ def _validate(doc: dict[str, Any], namespace: str) -> Expansion:
         except ValueError as e:
             index = arms.index(run.arm)
             raise SpecError(f"spec.arms[{index}] ({run.arm}, seed {run.seed}): {e}") from e
-    try:  # all the runs' checkpoints together
-        check_study_plan(study, capacity)
-    except ValueError as e:
-        raise SpecError(str(e)) from e
     try:  # the shared services' names and models, refused here rather than at every sync
         found.models(namespace)
     except ValueError as e:
