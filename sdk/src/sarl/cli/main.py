@@ -25,6 +25,7 @@ from sarl.cli import (
     demo,
     maps,
     models,
+    plan,
     reward,
     reward_diagnose,
     reward_score,
@@ -83,6 +84,7 @@ app.command("demo")(demo.demo_command)
 app.command("run")(run.run_command)
 app.command("validate")(run.validate_command)
 app.command("presets")(run.presets_command)
+app.command("plan")(plan.plan_command)
 app.command("rewards")(run.rewards_command)
 app.command("compare")(compare.compare_command)
 app.command("submit")(cluster.submit_command)
