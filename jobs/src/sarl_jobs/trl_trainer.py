@@ -273,8 +273,14 @@ def _tracking_callback(tracker: Tracker) -> Any:
 
 
 def _model_path(exp: Experiment, root: Path) -> str:
+    """The policy's path: the Hub id, an s3:// model downloaded under ``root/models`` (ranks of
+    one pod take turns; :func:`sarl.storage.models.materialize`), a pvc:// model where the
+    operator mounted it, or the built-in model built here."""
     if not exp.spec.model.is_builtin:
-        return exp.spec.model.name
+        from sarl.storage.models import materialize
+
+        endpoint = exp.spec.storage.endpoint_url  # else AWS_ENDPOINT_URL, as the checkpoints
+        return materialize(exp.spec.model.name, root, endpoint_url=endpoint)
     from sarl.runner.tiny import prepare_tiny_policy
 
     spec = exp.spec

@@ -57,6 +57,7 @@ from typing import Any, Final
 from sarl.integrations.verl.config import verl_overrides
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
+from sarl.spec.model_source import loader_path, parse_model_uri
 from sarl_jobs.cli import config_of, job_parser, plan_or_run
 from sarl_jobs.cluster import ClusterEnv, ray_start_command
 from sarl_jobs.data import problems, verl_rows
@@ -110,6 +111,8 @@ def plan(
     model_path = None
     if exp.spec.model.is_builtin:
         model_path = BUILTIN_MODEL_PLACEHOLDER.format(root=root)
+    else:  # a Hub id, or where an s3:// or pvc:// policy will be on this pod's disk
+        model_path = loader_path(parse_model_uri(exp.spec.model.name, "spec.model.name"), root)
     out["checkpoint"] = {"uri": store.uri, "local_dir": str(root / "checkpoints")}
     out["verl_overrides"] = verl_overrides(
         exp,
@@ -136,6 +139,8 @@ def main(cfg_path: str | Path, *, workdir: str | Path = DEFAULT_WORKDIR) -> None
     if not env.is_head:
         # This node's ranks load their shards from this pod's disk: the whole checkpoint first.
         restore_verl(StoreSettings.resolve(exp, os.environ), root / "checkpoints", local_wins=False)
+        if not exp.spec.model.is_builtin:  # this node's ranks load the policy from its disk
+            _model_path(exp, root)
         run_worker(ray["start"], root / DONE_MARKER, node_rank=env.node_rank)
         return
     if ray is None:  # one node: verl's run_ppo starts a local Ray itself
@@ -215,7 +220,7 @@ def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
         val_files=str(val_files),
         n_gpus_per_node=gpus,
         nnodes=env.nnodes,
-        model_path=_model_path(exp, root) if exp.spec.model.is_builtin else None,
+        model_path=_model_path(exp, root),
         checkpoint_uri=store.uri,
         checkpoint_dir=str(checkpoint_dir),
         endpoint_url=store.endpoint_url,
@@ -254,6 +259,14 @@ def write_parquet(exp: Experiment, out_dir: Path) -> tuple[Path, Path]:
 
 
 def _model_path(exp: Experiment, root: Path) -> str:
+    """The policy's path for verl: the built-in model built here, an s3:// model downloaded
+    under ``root/models`` (once per pod; :func:`sarl.storage.models.materialize`), a pvc://
+    model where the operator mounted it, or the Hub id."""
+    if not exp.spec.model.is_builtin:
+        from sarl.storage.models import materialize
+
+        endpoint = exp.spec.storage.endpoint_url  # else AWS_ENDPOINT_URL, as the checkpoints
+        return materialize(exp.spec.model.name, root, endpoint_url=endpoint)
     from sarl.runner.tiny import prepare_tiny_policy
 
     spec = exp.spec

@@ -12,8 +12,9 @@ Called by the evaluation job (``sarl_jobs.evaluate``) with ``--checkpoint`` /
   ``actor/huggingface/`` (verl, with ``hf_model`` in ``checkpoint.save_contents``).
 
 Without a checkpoint the spec's base model is used: ``builtin:tiny-qwen`` is prepared locally
-(:func:`sarl.runner.tiny.prepare_tiny_policy`), anything else is passed on as a directory or a
-Hub id.
+(:func:`sarl.runner.tiny.prepare_tiny_policy`), an ``s3://`` model is downloaded into the work
+directory and a ``pvc://`` one read where the operator mounted it
+(:func:`sarl.storage.models.materialize`), anything else is passed on as a directory or a Hub id.
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ def resolve_model(
             max_response_tokens=spec.algorithm.max_response_length, progress=progress,
         )  # fmt: skip
         return ModelSource(str(path), spec.model.name)
-    return ModelSource(spec.model.name, spec.model.name)
+    from sarl.storage.models import materialize  # a Hub id, or s3:// / pvc:// on local disk
+
+    local = materialize(spec.model.name, workdir, endpoint_url=spec.storage.endpoint_url)
+    return ModelSource(local, spec.model.name)
 
 
 def _from_store(exp: Experiment, uri: str, workdir: Path) -> ModelSource:
