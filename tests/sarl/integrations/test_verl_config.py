@@ -107,6 +107,19 @@ def test_overrides_compose_and_land_where_verl_reads(preset: str) -> None:
     if algo.name == "ppo":
         assert cfg.critic.strategy == "fsdp2"
         assert cfg.critic.optim.lr == algo.critic_learning_rate
+    rollout, ref = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.ref
+    assert rollout.gpu_memory_utilization == algo.rollout_gpu_memory_utilization
+    # The token budget the plan sized reaches every pass (verl's oc.select defaults carry the
+    # actor's to the ref and rollout log-prob passes; sarl sets them explicitly too).
+    budget = algo.max_tokens_per_gpu
+    assert actor.use_dynamic_bsz == (budget is not None)
+    assert rollout.log_prob_use_dynamic_bsz == ref.log_prob_use_dynamic_bsz == (budget is not None)
+    if budget is not None:
+        assert actor.ppo_max_token_len_per_gpu == budget
+        assert rollout.log_prob_max_token_len_per_gpu == ref.log_prob_max_token_len_per_gpu
+        assert ref.log_prob_max_token_len_per_gpu == budget
+        if algo.name == "ppo":
+            assert cfg.critic.use_dynamic_bsz and cfg.critic.ppo_max_token_len_per_gpu == budget
     # Every preset's reward is the per-sample structure reward: verl's custom function path.
     fn = get_custom_reward_fn(cfg)
     assert fn is not None and fn.args[0] is compute_score
