@@ -82,8 +82,8 @@ def resolve_model(
         return ModelSource(str(path), spec.model.name)
     from sarl.storage.models import materialize  # a Hub id, or s3:// / pvc:// on local disk
 
-    local = materialize(spec.model.name, workdir, endpoint_url=spec.storage.endpoint_url)
-    return ModelSource(local, spec.model.name)
+    model = materialize(spec.model.name, workdir, endpoint_url=spec.storage.endpoint_url)
+    return ModelSource(model, spec.model.name)
 
 
 def _from_store(exp: Experiment, uri: str, workdir: Path) -> ModelSource:
