@@ -28,9 +28,10 @@ TAG = "0.1.0"
 def _images_block() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     start = text.index("**Images.**")
-    block = re.search(r"```bash\n(.*?)```", text[start:], re.S)
-    assert block, "README's Images step has no bash block"
-    return block.group(1)
+    blocks = re.findall(r"```bash\n(.*?)```", text[start:], re.S)
+    builds = [block for block in blocks if "make push-images" in block]
+    assert builds, "README's Images step has no bash block with make push-images"
+    return str(builds[0])
 
 
 def _set_values(block: str) -> dict[str, Any]:
