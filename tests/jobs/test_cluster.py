@@ -1,11 +1,26 @@
 """The PyTorchJob environment (as the Training Operator v1.7/v1.9 sets it), the TrainJob
-environment (as Kubeflow Trainer v2.3.0's torch plugin sets it) and each node's Ray command."""
+environment (as Kubeflow Trainer v2.3.0's torch plugin sets it), each node's Ray command and a
+worker's wait for the head's Ray port."""
 
 from __future__ import annotations
 
+import logging
+import socket
+import threading
+import time
+
 import pytest
 
-from sarl_jobs.cluster import DEFAULT_MASTER_PORT, RAY_PORT, ClusterEnv, ray_start_command
+from sarl_jobs.cluster import (
+    DEFAULT_MASTER_PORT,
+    HEAD_WAIT_S,
+    RAY_PORT,
+    ClusterEnv,
+    HeadUnreachable,
+    head_wait_s,
+    ray_start_command,
+    wait_for_head,
+)
 
 
 def operator_env(node_rank: int, nnodes: int, nproc: str) -> dict[str, str]:
@@ -125,3 +140,73 @@ def test_the_spec_node_count_is_checked() -> None:
 def test_bad_environment_is_refused(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ClusterEnv.from_env(env)
+
+
+# ---- a worker waits for the head's Ray port (issue 35 item 7) ----
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_worker_waits_until_the_head_port_answers(caplog: pytest.LogCaptureFixture) -> None:
+    """The name resolves (JobSet publishes not-ready addresses) but nothing listens yet: the
+    worker backs off and returns once a real listener opens the port, logging each wait."""
+    port = _free_port()
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def open_later() -> None:
+        time.sleep(0.6)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    opener = threading.Thread(target=open_later)
+    opener.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="sarl_jobs.cluster"):
+            waited = wait_for_head(
+                "127.0.0.1", port, timeout_s=20, first_delay_s=0.1, max_delay_s=0.4
+            )
+    finally:
+        opener.join()
+        server.close()
+    assert 0.5 < waited < 10
+    waits = [r.getMessage() for r in caplog.records if "waiting for the Ray head" in r.message]
+    assert waits and f"127.0.0.1:{port}" in waits[0]
+    assert "answered after" in caplog.records[-1].getMessage()
+
+
+def test_worker_gives_up_after_its_wait_naming_the_head_and_the_setting() -> None:
+    pauses: list[float] = []
+    now = [0.0]
+
+    def refuse(host: str, port: int, timeout_s: float) -> None:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        now[0] += seconds
+
+    with pytest.raises(HeadUnreachable, match=r"job-node-0-0\.job:6379.*SARL_HEAD_WAIT_S"):
+        wait_for_head(
+            "job-node-0-0.job", RAY_PORT, timeout_s=100, connect=refuse, sleep=sleep,
+            clock=lambda: now[0],
+        )  # fmt: skip
+    assert pauses[:6] == [1, 2, 4, 8, 16, 30]  # doubling, capped at HEAD_WAIT_MAX_S
+    assert sum(pauses) == pytest.approx(100)  # the last pause ends at the deadline
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"), [({}, HEAD_WAIT_S), ({"SARL_HEAD_WAIT_S": "90"}, 90.0)]
+)
+def test_head_wait_setting(environ: dict[str, str], expected: float) -> None:
+    assert head_wait_s(environ) == expected
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-5"])
+def test_head_wait_setting_refuses_bad_values(raw: str) -> None:
+    with pytest.raises(ValueError, match="SARL_HEAD_WAIT_S"):
+        head_wait_s({"SARL_HEAD_WAIT_S": raw})

@@ -15,7 +15,16 @@ from minio import Minio
 
 from sarl.spec.experiment import Experiment
 from sarl.storage import StorageError, open_store
-from sarl_jobs.resume import VERL_TRACKER, StoreSettings, restore_trl, restore_verl
+from sarl_jobs.node_restore import download_wait_s
+from sarl_jobs.resume import (
+    VERL_TRACKER,
+    StoreSettings,
+    restore_trl,
+    restore_verl,
+    restore_verl_share,
+    verl_node_order,
+    verl_share,
+)
 
 
 def _saved(tmp_path: Path, store_uri: str, steps: list[int], **kw: str | None) -> StoreSettings:
@@ -122,3 +131,106 @@ def test_s3_store_resume_and_unreadable_store_raises(
     missing = StoreSettings(uri="s3://no-such-bucket/x", endpoint_url=s3_endpoint, keep_last=1)
     with pytest.raises(StorageError):
         restore_verl(missing, tmp_path / "ckpt2")
+
+
+# ---- multi-node verl: each node its share (issue 35 item 9) ----
+
+#: A 2-node x 2-GPU verl checkpoint as verl 0.9.1's FSDPCheckpointManager lays it out
+#: (``save_checkpoint``: per-rank model/optim/extra_state, ``huggingface/`` config and tokenizer
+#: on rank 0, the full HF model with ``save_contents: [hf_model]``), plus the driver's data.pt
+#: and sarl's tracking spool.
+VERL_FILES = [
+    *(f"{role}/{kind}_world_size_4_rank_{r}.pt"
+      for role in ("actor", "critic") for kind in ("model", "optim", "extra_state")
+      for r in range(4)),
+    "actor/fsdp_config.json",
+    "actor/huggingface/config.json",
+    "actor/huggingface/tokenizer.json",
+    "actor/huggingface/model-00001-of-00002.safetensors",
+    "actor/huggingface/model-00002-of-00002.safetensors",
+    "actor/huggingface/model.safetensors.index.json",
+    "data.pt",
+    "sarl-tracking-spool/000001.jsonl",
+]  # fmt: skip
+SHARED = {
+    "actor/fsdp_config.json",
+    "actor/huggingface/config.json",
+    "actor/huggingface/tokenizer.json",
+    "actor/huggingface/model.safetensors.index.json",
+    "data.pt",
+    "sarl-tracking-spool/000001.jsonl",
+}
+
+
+def _ranks(share: frozenset[str]) -> set[int]:
+    return {int(p.rsplit("_", 1)[1].removesuffix(".pt")) for p in share if "_rank_" in p}
+
+
+@pytest.mark.parametrize(("position", "ranks"), [(0, {0, 1}), (1, {2, 3})])
+def test_a_node_downloads_its_ranks_shards_and_no_hf_weights(
+    position: int, ranks: set[int]
+) -> None:
+    share = verl_share(VERL_FILES, position=position, nnodes=2)
+    assert _ranks(share) == ranks
+    assert share - {p for p in share if "_rank_" in p} == SHARED
+    assert not any(p.endswith(".safetensors") for p in share)
+    assert len([p for p in share if "_rank_" in p]) == 2 * 3 * 2  # actor+critic, 3 kinds, 2 ranks
+
+
+def test_without_a_known_order_every_rank_is_downloaded() -> None:
+    share = verl_share(VERL_FILES, position=None, nnodes=2)
+    assert _ranks(share) == {0, 1, 2, 3}
+    assert not any(p.endswith(".safetensors") for p in share)
+
+
+@pytest.mark.parametrize(
+    ("addresses", "order"),
+    [
+        (["10.0.0.7", "10.0.0.5"], [1, 0]),
+        # verl sorts the address strings: "10.0.0.10" < "10.0.0.9".
+        (["10.0.0.9", "10.0.0.10", "10.0.1.1"], [1, 0, 2]),
+        (["127.0.0.1", "127.0.0.1"], None),
+    ],
+)
+def test_node_order_is_verls(addresses: list[str], order: list[int] | None) -> None:
+    assert verl_node_order(addresses) == order
+
+
+def test_restore_share_downloads_only_the_share_and_writes_the_tracker(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for path in VERL_FILES:
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        (src / path).write_bytes(path.encode())
+    store = open_store(str(tmp_path / "store"))
+    info = store.save(20, src, {"backend": "verl"})
+    settings = StoreSettings(uri=str(tmp_path / "store"), endpoint_url=None, keep_last=3)
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "global_step_20" / "actor").mkdir(parents=True)  # a stale copy of the last run
+    (ckpt / "global_step_20" / "actor" / "model_world_size_4_rank_0.pt").write_bytes(b"stale")
+    share = verl_share(VERL_FILES, position=1, nnodes=2)
+    assert restore_verl_share(settings, ckpt, info, share) == 20
+    got = {
+        str(p.relative_to(ckpt / "global_step_20"))
+        for p in (ckpt / "global_step_20").rglob("*")
+        if p.is_file()
+    }
+    assert got == set(share)
+    assert (ckpt / VERL_TRACKER).read_text() == "20"
+
+
+def test_restore_share_without_a_checkpoint_removes_the_tracker(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / VERL_TRACKER).write_text("7")
+    settings = StoreSettings(uri=None, endpoint_url=None, keep_last=3)
+    assert restore_verl_share(settings, ckpt, None, frozenset()) is None
+    assert not (ckpt / VERL_TRACKER).exists()
+
+
+@pytest.mark.parametrize(
+    ("share_bytes", "expected_s"), [(0, 300.0), (25_000_000_000, 1300.0), (50 * 10**9, 2300.0)]
+)
+def test_the_head_waits_for_downloads_in_proportion_to_the_largest_share(
+    share_bytes: int, expected_s: float
+) -> None:
+    assert download_wait_s(share_bytes) == pytest.approx(expected_s)

@@ -10,7 +10,10 @@ Replaced: verl's ``main_ppo.main`` (the GPU work) by PROBE's ``train``: one Ray 
 plays that node's FSDP rank, writing ``actor/model_world_size_2_rank_<r>.pt`` to its own pod's
 ``trainer.default_local_dir`` as verl's checkpoint manager does; the driver writes ``data.pt`` and
 the tracker and calls the callback as verl's ``_save_checkpoint`` does; at start it resumes as
-``_load_checkpoint`` does (the tracker on the driver's node, each rank's shard on its node). The
+``_load_checkpoint`` does (the tracker on the driver's node, each rank's shard on its node: rank
+``r`` on the node with the r-th smallest Ray address, the order verl 0.9.1's
+``sort_placement_group_by_node_ip`` gives its ranks), and reports which shards each node holds:
+the head has each node download only its own (``sarl_jobs.node_restore``). The
 first run stops after step 1; the test kills the head there. The store is a local directory
 outside ``/tmp`` that every pod sees (a shared mount; the S3 store's parts are tested over HTTP
 in ``tests/sarl/storage/test_parts.py``).
@@ -67,7 +70,8 @@ def save_rank(folder, rank, step):
 @ray.remote(num_cpus=0)
 def load_rank(folder, rank):
     path = shard(folder, rank)
-    return open(path).read() if os.path.exists(path) else None
+    text = open(path).read() if os.path.exists(path) else None
+    return text, sorted(os.listdir(os.path.dirname(path)))
 
 def say(**doc):
     print({MARK!r} + json.dumps(doc), flush=True)
@@ -75,13 +79,15 @@ def say(**doc):
 def train(config):
     ray.init(address="auto")
     root = config.trainer.default_local_dir
-    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
-    on = [NodeAffinitySchedulingStrategy(n, soft=False) for n in nodes]  # rank r on node r
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    # Rank r on the node with the r-th smallest address, as verl numbers its ranks.
+    nodes = [n["NodeID"] for n in sorted(alive, key=lambda n: n["NodeManagerAddress"])]
+    on = [NodeAffinitySchedulingStrategy(n, soft=False) for n in nodes]
     resume = find_latest_ckpt_path(root)
     start = int(resume.rsplit("_", 1)[1]) if resume else 0
     loaded = ray.get([load_rank.options(scheduling_strategy=s).remote(resume, r)
                       for r, s in enumerate(on)]) if resume else []
-    say(resumed=start, loaded=loaded)
+    say(resumed=start, loaded=[text for text, _ in loaded], files=[f for _, f in loaded])
     callback = build_checkpoint_callback(config)
     for step in range(start + 1, 3):
         folder = os.path.join(root, f"global_step_{{step}}")
@@ -167,7 +173,16 @@ def test_a_killed_head_restarts_both_nodes_and_every_rank_resumes_its_shard(
     assert worker_codes[0] == 1, "the worker that lost its head must exit non-zero"
     assert result.restarts[master] == 1 and result.restarts[worker] >= 1
     resumed = probes(head_logs)
-    assert resumed[0] == {"resumed": 1, "loaded": ["rank0-step1", "rank1-step1"]}, head_logs
+    assert resumed[0]["resumed"] == 1, head_logs
+    assert resumed[0]["loaded"] == ["rank0-step1", "rank1-step1"], head_logs
+    # Each node downloaded only its rank's shard (issue 35 item 9), where verl's rank order is
+    # knowable: the pods have addresses of their own.
+    rank_files = [f"model_world_size_2_rank_{r}.pt" for r in (0, 1)]
+    if network.mode == "netns":
+        assert resumed[0]["files"] == [[rank_files[0]], [rank_files[1]]], head_logs
+    else:
+        assert resumed[0]["files"] == [rank_files, rank_files], head_logs
+    assert "restoring step 1 of" in head_logs and "waiting up to" in head_logs, head_logs
     assert {"saved": 2} in resumed
     latest = open_store(str(shared_store)).latest()
     assert latest is not None and latest.step == 2 and latest.metadata["parts"] == 2

@@ -62,3 +62,5 @@ def test_ray_head_on_rank_zero_and_workers_join_it(nodes: int, gpus: int) -> Non
         start = worker["ray"]["start"]
         assert f"--address=layout-node-0-0.layout:{RAY_PORT}" in start and "--block" in start
         assert f"--num-gpus={gpus}" in start
+        # JobSet publishes the head's address before it is ready: wait for its Ray port first.
+        assert worker["ray"]["wait_for_head"] == f"layout-node-0-0.layout:{RAY_PORT}"

@@ -1,8 +1,9 @@
 """Where this pod sits in a Kubeflow PyTorchJob or TrainJob, and the Ray commands for its node.
 
 Called by :mod:`sarl_jobs.verl_trainer` (node 0 starts the Ray head and the driver; other nodes
-join it) and :mod:`sarl_jobs.trl_trainer` (the launcher's machine rank and main process). Pure:
-no subprocess here.
+join it) and :mod:`sarl_jobs.trl_trainer` (the launcher's machine rank and main process). No
+subprocess here; :func:`wait_for_head` opens TCP connections to the head's Ray port, the rest is
+pure.
 
 Two contracts, both read from upstream:
 
@@ -30,11 +31,22 @@ them. Without any of them the pod is a single node (a local smoke run).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import socket
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
+logger = logging.getLogger(__name__)
+
 RAY_PORT: Final = 6379
+#: How long a worker waits for the head's Ray port before it exits 1 (a counted restart):
+#: longer than pulling a ~20 GB trainer image onto a fresh node. ``SARL_HEAD_WAIT_S`` overrides.
+HEAD_WAIT_S: Final = 1800.0
+#: First and longest pause between two connection attempts (doubling in between).
+HEAD_WAIT_FIRST_S: Final = 1.0
+HEAD_WAIT_MAX_S: Final = 30.0
 #: The Training Operator's default master port (``PyTorchJobDefaultPort``), used when neither
 #: ``MASTER_PORT`` nor ``PET_MASTER_PORT`` is set.
 DEFAULT_MASTER_PORT: Final = 23456
@@ -144,3 +156,75 @@ def ray_start_command(env: ClusterEnv, *, num_gpus: int) -> list[str]:
     if env.is_head:
         return ["ray", "start", "--head", f"--port={RAY_PORT}", *common]
     return ["ray", "start", f"--address={env.master_addr}:{RAY_PORT}", "--block", *common]
+
+
+class HeadUnreachable(RuntimeError):
+    """The head's Ray port did not answer within the worker's wait."""
+
+
+def head_wait_s(environ: Mapping[str, str]) -> float:
+    """The worker's wait for the head: ``SARL_HEAD_WAIT_S`` seconds, else :data:`HEAD_WAIT_S`."""
+    raw = environ.get("SARL_HEAD_WAIT_S", "")
+    try:
+        value = float(raw) if raw else HEAD_WAIT_S
+    except ValueError:
+        raise ValueError(f"SARL_HEAD_WAIT_S={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"SARL_HEAD_WAIT_S={raw!r}: must be > 0")
+    return value
+
+
+def _connect(host: str, port: int, timeout_s: float) -> None:
+    with socket.create_connection((host, port), timeout=timeout_s):
+        pass
+
+
+def wait_for_head(
+    host: str,
+    port: int = RAY_PORT,
+    *,
+    timeout_s: float = HEAD_WAIT_S,
+    first_delay_s: float = HEAD_WAIT_FIRST_S,
+    max_delay_s: float = HEAD_WAIT_MAX_S,
+    connect: Callable[[str, int, float], None] = _connect,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> float:
+    """Return once ``host:port`` (the head's Ray GCS) accepts a TCP connection; the seconds
+    waited. Raises :class:`HeadUnreachable` after ``timeout_s``.
+
+    Why: the head's name resolves before its Ray port answers. JobSet's headless Service
+    publishes not-ready addresses (``publishNotReadyAddresses``, defaulted true by JobSet
+    v0.12.0's webhook, ``pkg/webhooks/jobset_webhook.go``) and a PyTorchJob Worker's init
+    container waits only for the name, so a worker that ran ``ray start`` at once failed while
+    the head still pulled its image, and every failure counted against the job's restarts.
+    Attempts back off from ``first_delay_s`` doubling to ``max_delay_s``; each failed one is a
+    log line naming the address, the reason and the time left.
+    """
+    start = clock()
+    delay, attempt = first_delay_s, 0
+    while True:
+        attempt += 1
+        try:
+            connect(host, port, min(5.0, max(delay, 1.0)))
+        except OSError as e:
+            waited = clock() - start
+            left = timeout_s - waited
+            if left <= 0:
+                raise HeadUnreachable(
+                    f"the Ray head at {host}:{port} did not answer in {waited:.0f} s "
+                    f"({attempt} attempts; last: {e}); exiting 1 so the job restarts this node "
+                    "(raise SARL_HEAD_WAIT_S where the head takes longer to start)"
+                ) from None
+            logger.info(
+                "waiting for the Ray head at %s:%d (attempt %d, %.0f s of %.0f s): %s; "
+                "next try in %.0f s",
+                host, port, attempt, waited, timeout_s, e, min(delay, left),
+            )  # fmt: skip
+            sleep(min(delay, left))
+            delay = min(delay * 2, max_delay_s)
+            continue
+        waited = clock() - start
+        if attempt > 1:
+            logger.info("the Ray head at %s:%d answered after %.0f s", host, port, waited)
+        return waited

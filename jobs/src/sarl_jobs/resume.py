@@ -13,7 +13,9 @@ newest complete checkpoint (manifest present and every file verified, see
 * TRL: ``<output_dir>/checkpoint-<N>/``, passed to ``Trainer.train(resume_from_checkpoint=...)``.
 
 A newer checkpoint already on local disk (a container restarted in place) wins over the store's
-in a single-node job; in a multi-node one the store's always does (``local_wins=False``).
+in a single-node job; in a multi-node one the store's always does (``local_wins=False``), and
+each node of a verl job downloads only its share (:func:`verl_share`: the shards of the ranks
+verl places on it, not the HF weights), dispatched by the head (:mod:`sarl_jobs.node_restore`).
 With no URI configured, or an empty store, training starts from scratch; a store that cannot be
 read raises :class:`sarl.storage.StorageError` (starting over silently would overwrite the run's
 progress with step 1 again).
@@ -21,20 +23,32 @@ progress with step 1 again).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from sarl.spec.experiment import Experiment
+
+if TYPE_CHECKING:  # sarl.storage imports the S3 client (the [local] extra)
+    from sarl.storage.base import CheckpointInfo
 
 logger = logging.getLogger(__name__)
 
 VERL_TRACKER: Final = "latest_checkpointed_iteration.txt"
 _TRL_DIR: Final = re.compile(r"^checkpoint-(\d+)$")
+#: verl 0.9.1's per-rank FSDP files (``verl/utils/checkpoint/fsdp_checkpoint_manager.py``,
+#: ``save_checkpoint``/``load_checkpoint``): rank ``r`` of world size ``W`` loads only its own.
+_RANK_FILE: Final = re.compile(
+    r"(?:^|/)(?:model|optim|extra_state)_world_size_(\d+)_rank_(\d+)\.pt$"
+)
+#: The full HF model verl may save beside the shards (``save_contents: [hf_model]``, under
+#: ``<role>/huggingface/``): for serving and export; ``load_checkpoint`` never reads it.
+_HF_WEIGHTS: Final = re.compile(r"(?:^|/)huggingface/.*\.(?:safetensors|bin)$")
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,72 @@ def restore_verl(
     (checkpoint_dir / VERL_TRACKER).write_text(str(step))
     logger.info("resuming verl from step %d of %s", step, settings.uri)
     return step
+
+
+def verl_node_order(addresses: Sequence[str]) -> list[int] | None:
+    """Each node's position in verl's rank order, by the Ray node address of ``addresses[i]``;
+    None where two nodes share an address (the order is then not knowable in advance).
+
+    verl 0.9.1 places its FSDP workers on placement groups sorted by node IP
+    (``verl/single_controller/ray/base.py``, ``sort_placement_group_by_node_ip``: the string of
+    ``NodeManagerAddress``, one group of ``n_gpus_per_node`` bundles per node) and numbers ranks
+    in that order, so the node with the k-th smallest address runs ranks ``k*G .. k*G+G-1``.
+    """
+    if len(set(addresses)) != len(addresses):
+        return None
+    ordered = sorted(addresses)
+    return [ordered.index(a) for a in addresses]
+
+
+def verl_share(paths: Iterable[str], *, position: int | None, nnodes: int) -> frozenset[str]:
+    """The files of a verl checkpoint that the node at ``position`` (in verl's rank order,
+    :func:`verl_node_order`) of ``nnodes`` needs to resume: its ranks' ``model_*``, ``optim_*``
+    and ``extra_state_*`` shards (world size ``W``: ranks ``position*W/nnodes`` up to the
+    next node's), and every file that is not a rank's (``data.pt``, configs, tokenizer, the
+    tracking spool) — but not the HF weights under ``huggingface/``, which resuming never reads.
+    ``position`` None (order unknown) or a world size that ``nnodes`` does not divide: every
+    rank's shards."""
+    out = set()
+    for path in paths:
+        if _HF_WEIGHTS.search(path):
+            continue
+        match = _RANK_FILE.search(path)
+        if match and position is not None:
+            world, rank = int(match.group(1)), int(match.group(2))
+            if world % nnodes == 0 and rank // (world // nnodes) != position:
+                continue
+        out.add(path)
+    return frozenset(out)
+
+
+def restore_verl_share(
+    settings: StoreSettings,
+    checkpoint_dir: Path,
+    info: CheckpointInfo | None,
+    share: Collection[str],
+) -> int | None:
+    """Multi-node verl, on one node: download the files ``share`` of ``info`` (the head's pick
+    of the store's newest checkpoint, the same for every node) as ``global_step_<N>`` and write
+    the tracker; returns N. ``info`` None: no checkpoint, so any local tracker is removed (every
+    node then starts from scratch alike)."""
+    if info is None:
+        (checkpoint_dir / VERL_TRACKER).unlink(missing_ok=True)
+        return None
+    from sarl.storage import open_store
+
+    store = open_store(str(settings.uri), endpoint_url=settings.endpoint_url)
+    part = dataclasses.replace(info, files=tuple(f for f in info.files if f.path in share))
+    dest = checkpoint_dir / f"global_step_{info.step}"
+    shutil.rmtree(dest, ignore_errors=True)  # an older or partial copy: the store's wins
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    store.download(part, dest)
+    (checkpoint_dir / VERL_TRACKER).write_text(str(info.step))
+    logger.info(
+        "resuming verl from step %d of %s: %d of %d files, %.2f of %.2f GB on this node",
+        info.step, settings.uri, len(part.files), len(info.files),
+        part.total_bytes / 1e9, info.total_bytes / 1e9,
+    )  # fmt: skip
+    return info.step
 
 
 def restore_trl(

@@ -14,16 +14,19 @@ extra (``pip install -e jobs[verl]``) and GPUs. ``--dry-run`` prints this pod's 
   verl parquet files, builds the built-in model if the spec names it, composes verl's
   ``ppo_trainer.yaml`` with :func:`sarl.integrations.verl.config.verl_overrides` and runs verl's
   ``main_ppo.main`` (the driver).
-* Other nodes join with ``ray start --address=$MASTER_ADDR:6379 --block``. When the driver has
+* Other nodes wait until the head's Ray port answers (:func:`sarl_jobs.cluster.wait_for_head`:
+  its name resolves before its container runs), then join with ``ray start
+  --address=$MASTER_ADDR:6379 --block``. When the driver has
   finished, the head leaves a marker file (:data:`DONE_MARKER` in the workdir) on every node
   before it stops Ray; a worker exits 0 only when it finds that marker. When its Ray node ends
   without it (the head was lost or restarted, the raylet died, joining failed) the worker exits
   1 (:class:`RayNodeLost`), so ``restartPolicy: OnFailure`` restarts it and it joins the new
   head, which waits for all ``PET_NNODES`` nodes again.
-* Resume: before the driver starts (multi-node: on every node, before it joins Ray),
-  :func:`sarl_jobs.resume.restore_verl` puts the store's newest complete checkpoint into
-  ``trainer.default_local_dir`` (verl resumes from it), so a restarted pod or a re-created
-  Experiment continues where the last upload left off.
+* Resume: before the driver starts, :func:`sarl_jobs.resume.restore_verl` puts the store's
+  newest complete checkpoint into ``trainer.default_local_dir`` (verl resumes from it), so a
+  restarted pod or a re-created Experiment continues where the last upload left off. Multi-node:
+  once every node joined, the head has each node download only the shards of the ranks verl
+  will place on it (:mod:`sarl_jobs.node_restore`).
 * Checkpoints: verl saves every ``storage.every_n_steps`` under ``trainer.default_local_dir``;
   :class:`sarl_jobs.checkpoints.StoreCheckpointCallback` (verl's post-save hook) pushes each one
   to ``storage.checkpoint_uri`` with :func:`sarl.storage.open_store` (multi-node: every node's
@@ -59,13 +62,20 @@ from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
 from sarl.spec.model_source import loader_path, parse_model_uri
 from sarl_jobs.cli import config_of, job_parser, plan_or_run
-from sarl_jobs.cluster import ClusterEnv, ray_start_command
+from sarl_jobs.cluster import (
+    RAY_PORT,
+    ClusterEnv,
+    HeadUnreachable,
+    head_wait_s,
+    ray_start_command,
+    wait_for_head,
+)
 from sarl_jobs.data import problems, verl_rows
+from sarl_jobs.node_restore import restore_on_nodes, wait_for_nodes
 from sarl_jobs.resume import StoreSettings, restore_verl
 from sarl_jobs.verl_tracking import metrics_file, open_tracking, tracking_uri
 
 logger = logging.getLogger(__name__)
-_NODE_WAIT_S = 600.0
 #: Left in the workdir of every node by the head once the driver succeeded (see the docstring).
 DONE_MARKER: Final = "ray-job-finished"
 #: ``$TMPDIR/sarl-verl`` (``/mnt/scratch/sarl-verl`` in an operator pod, on its scratch volume):
@@ -103,6 +113,9 @@ def plan(
         out["ray"] = {
             "start": ray_start_command(env, num_gpus=gpus),
             "wait_for_nodes": env.nnodes if env.is_head else None,
+            # A worker's wait for the head's port; the head waits as long for the workers.
+            "wait_for_head": None if env.is_head else f"{env.master_addr}:{RAY_PORT}",
+            "wait_s": head_wait_s(environ),
         }
     if not env.is_head:
         return out
@@ -136,20 +149,22 @@ def main(cfg_path: str | Path, *, workdir: str | Path = DEFAULT_WORKDIR) -> None
     env = ClusterEnv.from_env(os.environ)
     ray = steps["ray"]
     root = Path(workdir)
+    store = StoreSettings.resolve(exp, os.environ)
     if not env.is_head:
-        # This node's ranks load their shards from this pod's disk: the whole checkpoint first.
-        restore_verl(StoreSettings.resolve(exp, os.environ), root / "checkpoints", local_wins=False)
+        # The head's name resolves before its Ray port answers: a `ray start` now would fail
+        # and count as a restart. The head has this node download its shards once it joined.
+        wait_for_head(env.master_addr, RAY_PORT, timeout_s=ray["wait_s"])
         if not exp.spec.model.is_builtin:  # this node's ranks load the policy from its disk
             _model_path(exp, root)
         run_worker(ray["start"], root / DONE_MARKER, node_rank=env.node_rank)
         return
     if ray is None:  # one node: verl's run_ppo starts a local Ray itself
-        _drive(exp, env, root)
+        _drive(exp, env, root, restore_verl(store, root / "checkpoints"))
         return
     subprocess.run(ray["start"], check=True)
     try:
-        _wait_for_nodes(env.nnodes)
-        _drive(exp, env, root)
+        step = _join_and_restore(env.nnodes, store, root / "checkpoints", ray["wait_s"])
+        _drive(exp, env, root, step)
         _release_workers(root / DONE_MARKER)
     finally:
         subprocess.run(["ray", "stop"], check=False)  # lets the workers' `ray start --block` end
@@ -206,14 +221,13 @@ def _touch(path: str) -> None:
     Path(path).touch()
 
 
-def _drive(exp: Experiment, env: ClusterEnv, root: Path) -> None:
-    """The driver on node 0: prompts, model and the last checkpoint on local disk, the run's
-    tracking, then verl's ``main_ppo``."""
+def _drive(exp: Experiment, env: ClusterEnv, root: Path, step: int | None) -> None:
+    """The driver on node 0, the checkpoint of ``step`` (None: none) restored: prompts and
+    model on local disk, the run's tracking, then verl's ``main_ppo``."""
     gpus = exp.spec.resources.gpus_per_node
     train_files, val_files = write_parquet(exp, root / "data")
     store = StoreSettings.resolve(exp, os.environ)
     checkpoint_dir = root / "checkpoints"
-    step = restore_verl(store, checkpoint_dir, local_wins=env.nnodes == 1)
     overrides = verl_overrides(
         exp,
         train_files=str(train_files),
@@ -279,16 +293,17 @@ def _model_path(exp: Experiment, root: Path) -> str:
     return str(path)
 
 
-def _wait_for_nodes(count: int) -> None:
+def _join_and_restore(
+    nnodes: int, store: StoreSettings, checkpoint_dir: Path, wait_s: float
+) -> int | None:
+    """The head, its Ray up: wait until ``nnodes`` nodes joined, then restore the checkpoint on
+    each (:mod:`sarl_jobs.node_restore`); the step verl resumes from."""
     import ray
 
     ray.init(address="auto")
-    deadline = time.monotonic() + _NODE_WAIT_S
     try:
-        while len(alive := [n for n in ray.nodes() if n.get("Alive")]) < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {len(alive)} of {count} Ray nodes joined")
-            time.sleep(5)
+        nodes = wait_for_nodes(nnodes, wait_s)
+        return restore_on_nodes(store, checkpoint_dir, nodes, nnodes)
     finally:
         ray.shutdown()  # verl's run_ppo initialises Ray itself
 
@@ -301,13 +316,16 @@ def _cli(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     config = config_of(parser, args)
     logging.basicConfig(level=logging.INFO)
+    # Where verl configured logging first (imported before this), basicConfig does nothing:
+    # the waits for the head, the nodes and the downloads must still be in the pod's log.
+    logging.getLogger("sarl_jobs").setLevel(logging.INFO)
     try:
         return plan_or_run(
             args.dry_run,
             lambda: plan(load_experiment(Path(config)), os.environ, workdir=args.workdir),
             lambda: main(config, workdir=args.workdir),
         )
-    except RayNodeLost as e:  # expected on a lost head: one line, exit 1 (OnFailure restarts)
+    except (RayNodeLost, HeadUnreachable) as e:  # expected: one line, exit 1 (a restart)
         print(f"error: {e}", file=sys.stderr)
         return 1
 
