@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sarl.integrations.cluster import chat_endpoints, check_cluster, child_names, fill_chat_urls
+from sarl.integrations.trl_cluster import cluster_overrides
 from sarl.spec.experiment import Experiment
 from sarl.spec.presets import PRESETS
 
@@ -59,10 +60,12 @@ def test_trl_checks_the_cluster_batch_layout() -> None:
     )
 
 
-def test_trl_refuses_the_token_budget_naming_the_field() -> None:
+def test_trl_takes_the_token_budget_as_whole_responses() -> None:
     exp = experiment("paper-grpo-math", resources={"backend": "trl"})
-    with pytest.raises(ValueError, match=r"max_tokens_per_gpu=24576.*max_tokens_per_gpu: null"):
-        check_cluster(exp)
+    # 24,576 tokens hold two 9,216-token sequences: two responses per pass instead of 32.
+    assert exp.spec.algorithm.responses_per_pass == 2
+    assert cluster_overrides(exp, 8)["per_device_train_batch_size"] == 2
+    check_cluster(exp)
 
 
 def test_fill_chat_urls_fills_only_endpoints_with_a_model_and_no_url() -> None:

@@ -33,7 +33,9 @@ def plan_command(
     train_rows: Annotated[
         int | None,
         typer.Option(
-            min=1, help="Rows of the training dataset, for the steps and GPU-hours estimate."
+            min=1,
+            help="Rows of the training dataset, for the steps and GPU-hours estimate.",
+            metavar="N",
         ),
     ] = None,
     terms: Annotated[

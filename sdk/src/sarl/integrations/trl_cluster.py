@@ -1,4 +1,5 @@
-"""Spec -> the TRL cluster job's settings: accelerate's FSDP2 config and the cluster batch layout.
+"""Spec -> the TRL cluster job's settings: accelerate's FSDP2 config, the cluster batch layout
+and the generation engine (vLLM colocated on the GPUs where the image has it).
 
 Called by ``sarl_jobs.trl_trainer`` (the job) and by :mod:`sarl.integrations.cluster` (the
 operator and ``sarl submit`` check a spec with it before anything runs). Pure: imports neither
@@ -23,15 +24,6 @@ def check_supported(exp: Experiment) -> None:
             f"spec.algorithm.name={name!r}: the TRL trainer runs {' and '.join(SUPPORTED)} only; "
             "set spec.resources.backend: verl for PPO (GAE with a critic), or "
             "spec.algorithm.name: grpo"
-        )
-    if exp.spec.algorithm.max_tokens_per_gpu is not None:
-        # TRL batches by completions (per_device_train_batch_size), never by a token budget.
-        raise ValueError(
-            f"spec.algorithm.max_tokens_per_gpu={exp.spec.algorithm.max_tokens_per_gpu}: the TRL "
-            "trainer batches by responses, not tokens (the paper presets set it for verl): set "
-            "spec.algorithm.max_tokens_per_gpu: null and size spec.algorithm."
-            "micro_batch_size_per_gpu so that `sarl plan` fits, or set spec.resources.backend: "
-            "verl"
         )
 
 
@@ -81,16 +73,14 @@ def _batch_fix(exp: Experiment, world_size: int) -> str:
     algo, res = exp.spec.algorithm, exp.spec.resources
     completions = algo.mini_batch_size * algo.rollouts_per_prompt
     micro = [
-        m
-        for m in range(algo.micro_batch_size_per_gpu, 0, -1)
-        if completions % (m * world_size) == 0
+        m for m in range(algo.responses_per_pass, 0, -1) if completions % (m * world_size) == 0
     ]
     if micro:
         return f"set spec.algorithm.micro_batch_size_per_gpu: {micro[0]}"
     gpus = [
         g
         for g in range(max(res.gpus_per_node, 1), 0, -1)
-        if completions % (algo.micro_batch_size_per_gpu * g * res.nodes) == 0
+        if completions % (algo.responses_per_pass * g * res.nodes) == 0
     ]
     per_node = f"spec.resources.gpus_per_node: {gpus[0]}" if gpus else "fewer GPUs"
     return (
@@ -102,14 +92,16 @@ def _batch_fix(exp: Experiment, world_size: int) -> str:
 def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
     """Training arguments that differ from the local mapping on a GPU cluster.
 
-    TRL counts completions per device and forward pass (``micro_batch_size_per_gpu``); one
+    TRL counts completions per device and forward pass (``micro_batch_size_per_gpu``, capped by
+    ``max_tokens_per_gpu``: :attr:`~sarl.spec.experiment.AlgorithmSpec.responses_per_pass`); one
     generation batch (``train_batch_size`` prompts) is ``steps_per_generation`` forward passes on
     every GPU, and an optimizer step (``mini_batch_size`` prompts) every
     ``gradient_accumulation_steps`` of them, as verl's mini-batches.
     """
     algo = exp.spec.algorithm
     n = algo.rollouts_per_prompt
-    per_step = algo.micro_batch_size_per_gpu * world_size  # completions per forward, all GPUs
+    micro = algo.responses_per_pass
+    per_step = micro * world_size  # completions per forward, all GPUs
     if algo.train_batch_size % algo.mini_batch_size:
         fit = max(d for d in range(1, algo.mini_batch_size + 1) if algo.train_batch_size % d == 0)
         raise ValueError(
@@ -121,13 +113,13 @@ def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
         raise ValueError(
             f"spec.algorithm: mini_batch_size * rollouts_per_prompt ({algo.mini_batch_size * n}) "
             f"must be a multiple of micro_batch_size_per_gpu * GPUs "
-            f"({algo.micro_batch_size_per_gpu} * {world_size} = {per_step}) on the TRL trainer; "
+            f"({micro} * {world_size} = {per_step}) on the TRL trainer; "
             + _batch_fix(exp, world_size)
         )
     storage, dtype = exp.spec.storage, exp.spec.model.dtype
     cpu = exp.spec.resources.gpus_per_node == 0
     return {
-        "per_device_train_batch_size": algo.micro_batch_size_per_gpu,
+        "per_device_train_batch_size": micro,
         "gradient_accumulation_steps": algo.mini_batch_size * n // per_step,
         "steps_per_generation": algo.train_batch_size * n // per_step,
         # Derived from the two above; the local config's value would conflict with them.
@@ -147,3 +139,38 @@ def cluster_overrides(exp: Experiment, world_size: int) -> dict[str, Any]:
         "run_name": exp.name,
         "disable_tqdm": True,
     }
+
+
+def generation_overrides(exp: Experiment, *, cuda: bool, vllm: bool) -> tuple[dict[str, Any], str]:
+    """How the TRL job generates, and why: vLLM in colocate mode (TRL's ``use_vllm=True``,
+    ``vllm_mode="colocate"``: each training process runs a vLLM engine on its own GPU, sharing it
+    with the trainer) when ``spec.resources.trl_vllm`` is on, the node has CUDA (``cuda``) and
+    the image has vLLM (``vllm``); otherwise transformers' ``model.generate`` (``use_vllm``
+    False), several-fold slower per step. The caller reports the availability (the job probes
+    ``torch.cuda`` and ``vllm``); nothing is imported here.
+
+    vLLM's share of each GPU is ``spec.algorithm.rollout_gpu_memory_utilization`` (as verl's
+    rollout), its context the prompt plus the response budget. Option names: TRL 1.16.0
+    ``GRPOConfig``/``RLOOConfig`` (``use_vllm``, ``vllm_mode``, ``vllm_gpu_memory_utilization``,
+    ``vllm_max_model_length``, ``vllm_tensor_parallel_size``)."""
+    off = {"use_vllm": False}
+    if not exp.spec.resources.trl_vllm:
+        return off, "generating with transformers: spec.resources.trl_vllm is false"
+    if not cuda:
+        return off, "generating with transformers: no CUDA GPU on this node (vLLM needs one)"
+    if not vllm:
+        return off, (
+            "generating with transformers: vllm is not installed in this image (build the TRL "
+            "image with vLLM to generate several-fold faster)"
+        )
+    algo = exp.spec.algorithm
+    on = {
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": algo.rollout_gpu_memory_utilization,
+        "vllm_max_model_length": algo.max_prompt_length + algo.max_response_length,
+        "vllm_tensor_parallel_size": 1,
+    }
+    return on, (
+        f"generating with vLLM (colocate, {algo.rollout_gpu_memory_utilization:.0%} of each GPU)"
+    )

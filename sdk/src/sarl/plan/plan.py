@@ -114,9 +114,12 @@ def tiny_shape(exp: Experiment) -> ModelShape:
 def tokens_per_pass(exp: Experiment) -> int:
     """Tokens of one forward pass per GPU: the dynamic batch's budget (a longer sequence gets
     a pass of its own), else micro-batch x the longest sequence (padding counted as verl's
-    remove-padding drops it only where responses end early)."""
+    remove-padding drops it only where responses end early). TRL batches whole responses
+    (``responses_per_pass``)."""
     algo = exp.spec.algorithm
     longest = algo.max_prompt_length + algo.max_response_length
+    if exp.spec.resources.backend == "trl":
+        return algo.responses_per_pass * longest
     if algo.max_tokens_per_gpu is not None:
         return max(algo.max_tokens_per_gpu, longest)
     return algo.micro_batch_size_per_gpu * longest

@@ -24,8 +24,8 @@ def assumptions() -> list[str]:
         "GPU (the rest: allocator fragmentation); vLLM's share stays as set while training "
         "runs beside it during rollout",
         f"disks: {gib(storage.CACHES)} of caches per GPU trainer pod "
-        f"({gib(storage.SMALL_CACHES)} on CPU or with the built-in model); checkpoints of 14 bytes per "
-        "parameter (actor: fp32 shards, Adam, bf16 HF copy) and 12 (critic)",
+        f"({gib(storage.SMALL_CACHES)} on CPU or with the built-in model); checkpoints of 14 "
+        "bytes per parameter (actor: fp32 shards, Adam, bf16 HF copy) and 12 (critic)",
         f"hours: {hours.PEAK_FLOPS / 1e12:.0f} TFLOP/s per GPU (H100 bf16 dense), training at "
         f"{hours.TRAINING_MFU:.0%} MFU, generation at {hours.GENERATION_MFU:.0%}; responses "
         f"{hours.RESPONSE_SHARE:.0%} and prompts {hours.PROMPT_SHARE:.0%} of their maximum "

@@ -198,7 +198,9 @@ class AlgorithmSpec(_Strict):
         "log_prob_max_token_len_per_gpu): each forward pass packs responses up to this many "
         "tokens per GPU instead of micro_batch_size_per_gpu responses, which bounds the logits "
         "(tokens x vocabulary) whatever the response length. At least max_prompt_length + "
-        "max_response_length. `sarl plan` shows what it costs in GPU memory. verl only.",
+        "max_response_length. `sarl plan` shows what it costs in GPU memory. The TRL "
+        "trainer, which batches by responses, takes as many longest sequences as fit in it "
+        "(at most micro_batch_size_per_gpu).",
     )
     rollout_gpu_memory_utilization: float = Field(
         default=0.5,
@@ -211,6 +213,16 @@ class AlgorithmSpec(_Strict):
     epochs: int = Field(default=15, ge=1)
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many steps.")
     seed: int = 0
+
+    @property
+    def responses_per_pass(self) -> int:
+        """Responses per GPU per forward pass on a trainer that batches by responses (TRL):
+        ``micro_batch_size_per_gpu``, capped by as many longest sequences as
+        ``max_tokens_per_gpu`` holds (so the paper presets' budget bounds TRL's logits too)."""
+        if self.max_tokens_per_gpu is None:
+            return self.micro_batch_size_per_gpu
+        longest = self.max_prompt_length + self.max_response_length
+        return max(1, min(self.micro_batch_size_per_gpu, self.max_tokens_per_gpu // longest))
 
     @model_validator(mode="after")
     def _batches(self) -> AlgorithmSpec:
@@ -503,6 +515,13 @@ class ResourcesSpec(_Strict):
         default="verl",
         description="Cluster trainer: 'verl' (ppo, grpo, rloo; FSDP2 + vLLM rollouts, Ray) or "
         "'trl' (grpo, rloo; accelerate FSDP2). Local runs always use TRL.",
+    )
+    trl_vllm: bool = Field(
+        default=True,
+        description="backend 'trl': generate with vLLM colocated on the training GPUs (TRL's "
+        "use_vllm, vllm_mode 'colocate') where the node has a GPU and the image has vLLM; "
+        "otherwise, or false, with transformers' generate (several-fold slower). The job logs "
+        "which it uses and why. verl always generates with vLLM.",
     )
     image: str | None = Field(
         default=None,
