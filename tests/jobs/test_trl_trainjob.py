@@ -89,9 +89,10 @@ def test_two_cpu_nodes_train_and_resume_as_a_trainjob(
         "trl-trainjob-node-0-0.trl-trainjob",
     )
     assert 0 < uploaded < 4, "node 0 must die mid-run, after an upload"
-    # OnFailure: the kubelet restarts the killed container and the peer's failed torchrun, in
-    # place (no JobSet restart); every index then exits 0 (JobSet's success policy All).
-    assert result.jobset_restarts == 0
+    # The chart's runtime (restartPolicy Never, backoffLimit 0, failurePolicy.maxRestarts): the
+    # killed node fails its Job and JobSet recreates both nodes once, with fresh scratch volumes;
+    # both resume from the store and every index exits 0 (JobSet's success policy All).
+    assert result.jobset_restarts == 1
     assert result.restarts == {head: 1, other: 1}
     assert result.exit_codes == {head: 0, other: 0}
     steps = history(mlflow_url, run_id, "reward")
