@@ -112,3 +112,54 @@ def test_on_gpus_only_fsdp_checkpoints_activations(tmp_path: Path) -> None:
     assert not getattr(args, "activation_checkpointing", False)
     cpu = experiment("local-grpo-arithmetic", resources={"gpus_per_node": 0})
     assert cluster_overrides(cpu, 1)["gradient_checkpointing"] is True
+
+
+# ---- generation with vLLM where the node can (issue 35 item 11) ----
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "rloo"])
+def test_vllm_colocate_where_cuda_and_vllm_are_present(algorithm: str, tmp_path: Path) -> None:
+    """Reported present (injected: no GPU or vLLM here), the TRL config generates with vLLM in
+    colocate mode, its share of each GPU and context from the spec; the options are TRL's own
+    (the installed ``GRPOConfig``/``RLOOConfig`` build with them)."""
+    from sarl_jobs.trl_trainer import training_arguments
+
+    preset = "paper-grpo-math" if algorithm == "grpo" else "local-rloo-countdown"
+    # float32: no bf16, which transformers refuses on this CPU-only machine.
+    exp = experiment(
+        preset,
+        model={"dtype": "float32"},
+        algorithm={"name": algorithm, "rollout_gpu_memory_utilization": 0.4},
+    )
+    config_cls, _ = trainer_classes(algorithm)
+    local = training_args(config_cls, exp, tmp_path, [1.0] * len(exp.spec.reward), progress=False)
+    assert local.use_vllm is False  # TRL's default, and the local runner's
+    world = 8 if algorithm == "grpo" else 1
+    args, why = training_arguments(local, exp, world, cuda=True, vllm=True)
+    assert isinstance(args, config_cls)
+    assert (args.use_vllm, args.vllm_mode) == (True, "colocate")
+    assert args.vllm_gpu_memory_utilization == 0.4
+    algo = exp.spec.algorithm
+    assert args.vllm_max_model_length == algo.max_prompt_length + algo.max_response_length
+    assert "vLLM" in why and "colocate" in why
+
+
+@pytest.mark.parametrize(
+    ("cuda", "vllm", "spec", "reason"),
+    [
+        (False, True, {}, "no CUDA GPU"),
+        (True, False, {}, "vllm is not installed"),
+        (True, True, {"trl_vllm": False}, "spec.resources.trl_vllm is false"),
+    ],
+)
+def test_transformers_generate_otherwise_with_the_reason(
+    cuda: bool, vllm: bool, spec: dict[str, Any], reason: str, tmp_path: Path
+) -> None:
+    from sarl_jobs.trl_trainer import training_arguments
+
+    exp = experiment("paper-grpo-math", model={"dtype": "float32"}, resources=spec)
+    config_cls, _ = trainer_classes("grpo")
+    local = training_args(config_cls, exp, tmp_path, [1.0] * len(exp.spec.reward), progress=False)
+    args, why = training_arguments(local, exp, 8, cuda=cuda, vllm=vllm)
+    assert args.use_vllm is False
+    assert why.startswith("generating with transformers") and reason in why

@@ -22,7 +22,10 @@ as JSON and runs nothing.
 The spec -> ``GRPOConfig``/``RLOOConfig`` mapping is ``sarl.runner.trl_config.training_args``
 (the local runner's), with the cluster's batch layout on top
 (:func:`sarl.integrations.trl_cluster.cluster_overrides`); the rewards are
-``sarl.integrations.trl.make_trl_reward``. PPO needs a critic and is refused: run it with
+``sarl.integrations.trl.make_trl_reward``. Generation: vLLM colocated on each process's GPU
+where the node has CUDA and the image has vLLM, unless ``spec.resources.trl_vllm`` is false,
+else transformers' ``generate``; each process decides (:func:`training_arguments`) and the main
+one logs which and why. PPO needs a critic and is refused: run it with
 :mod:`sarl_jobs.verl_trainer`. Checkpoints: TRL saves every ``storage.every_n_steps``
 (full state dict, gathered on rank 0), and rank 0 pushes each ``checkpoint-N`` directory to
 ``storage.checkpoint_uri`` (or the operator's ``SARL_CHECKPOINT_URI``); at start the newest
@@ -55,6 +58,7 @@ from sarl.integrations.trl_cluster import (
     accelerate_config,
     check_supported,
     cluster_overrides,
+    generation_overrides,
     processes_per_node,
 )
 from sarl.runner.tied_weights import quiet_tied_missing_keys
@@ -179,9 +183,11 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     config_cls, trainer_cls = trainer_classes(spec.algorithm.name)
     weights = [t.weight for t in spec.reward]
     local = training_args(config_cls, exp, Path(output_dir), weights, progress=False)
-    args = dataclasses.replace(
-        local, **_known_fields(local, cluster_overrides(exp, state.num_processes))
+    args, generation = training_arguments(
+        local, exp, state.num_processes, cuda=_cuda(), vllm=_vllm_installed()
     )
+    if state.is_main_process:
+        print(f"sarl: {generation}", flush=True)
     trainer = trainer_cls(
         model=model_path,
         reward_funcs=rewards,
@@ -209,6 +215,32 @@ def train(cfg_path: str | Path, *, output_dir: str | Path | None = None) -> None
     with tracker:  # FINISHED, or FAILED/KILLED after an error (a short wait for the drain)
         _train(trainer, resume_from)
     print(tracker.closing_line(), flush=True)
+
+
+def training_arguments(
+    local: Any, exp: Experiment, num_processes: int, *, cuda: bool, vllm: bool
+) -> tuple[Any, str]:
+    """The local mapping's ``GRPOConfig``/``RLOOConfig`` ``local`` with the cluster's batch
+    layout and generation engine (vLLM colocate where ``cuda`` and ``vllm``, see
+    :func:`sarl.integrations.trl_cluster.generation_overrides`); and the line saying which
+    engine and why."""
+    generation, why = generation_overrides(exp, cuda=cuda, vllm=vllm)
+    overrides = {**cluster_overrides(exp, num_processes), **generation}
+    return dataclasses.replace(local, **_known_fields(local, overrides)), why
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _vllm_installed() -> bool:
+    """Whether the image has vLLM; found, not imported (TRL imports it when it builds the
+    engine)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
 
 
 def _known_fields(args: Any, overrides: dict[str, Any]) -> dict[str, Any]:
