@@ -4,6 +4,11 @@
 # the repository root:
 #   docker build -f jobs/docker/trl.Dockerfile -t sarl-trl .
 # Not built in CI (no GPU, no Docker engine).
+# No vLLM here: the job then generates with transformers and says so in its log
+# (sarl.integrations.trl_cluster.generation_overrides); an image with vLLM gets colocate mode.
+# TRL 1.16's `vllm` extra allows vllm>=0.22.0,<=0.31.0, and vLLM wheels pin torch exactly
+# (vLLM 0.24.0: torch 2.11.0, see verl.Dockerfile.base.txt), not this base's torch 2.9.1: adding
+# it means a vLLM base image, re-resolved with `make check-images` and built on a GPU host.
 ARG BASE_IMAGE=pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime
 FROM ${BASE_IMAGE}
 
