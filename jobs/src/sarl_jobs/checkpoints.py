@@ -13,8 +13,8 @@ tracker on its node; no node holds the whole checkpoint. So the callback saves i
 (:meth:`sarl.storage.base.CheckpointStore.save_part`): one Ray task pinned to each live node
 uploads that node's ``global_step_N`` directory, and only when all ``nnodes`` parts are stored
 does the driver write the one manifest (``commit_parts``) — until then the step is invisible to
-``latest()``. :func:`sarl_jobs.resume.restore_verl` later downloads the whole checkpoint on every
-node, so each rank finds its shards wherever Ray places it.
+``latest()``. On resume :mod:`sarl_jobs.node_restore` has each node download the shards of the
+ranks verl will place on it (verl numbers ranks by node address, not by pod).
 
 Tracking (``sarl.tracking.metrics_file`` set: the job tracks a run): before each upload the
 callback asks the job's own driver process (node 0, :mod:`sarl_jobs.verl_trainer`, which follows
