@@ -116,3 +116,20 @@ def test_store_capacity_from_env(raw: str, expected: float | None) -> None:
 def test_store_capacity_env_that_is_not_a_quantity_names_the_variable() -> None:
     with pytest.raises(ValueError, match="SARL_STORE_CAPACITY"):
         store_capacity_from_env({"SARL_STORE_CAPACITY": "lots"})
+
+
+def test_trl_counts_its_colocated_vllm_in_the_update() -> None:
+    """TRL's colocated vLLM stays awake through the update (no sleep mode), so its share is
+    part of the training phase; without vLLM (trl_vllm false) it is not."""
+    colocated = plan_experiment(validate_document(_paper(resources={"backend": "trl"}), "t"))
+    (training,) = colocated.phases
+    assert any(t.name.startswith("vLLM colocated") for t in training.terms)
+    (misfit,) = colocated.misfits
+    assert (misfit.field, misfit.fix) == (
+        "spec.algorithm.micro_batch_size_per_gpu",
+        "set it to at most 1",
+    )
+    plain = plan_experiment(
+        validate_document(_paper(resources={"backend": "trl", "trl_vllm": False}), "t")
+    )
+    assert plain.misfits == [] and plain.tokens_per_pass == 2 * (1024 + 8192)

@@ -227,9 +227,20 @@ def _phases(
         ],
         limit=int(gpu_memory * memory.USABLE_SHARE),
     )
-    if exp.spec.resources.backend == "trl":
-        return [training], None  # TRL generates in the training process (no vLLM share)
     share = memory.vllm_share(gpu_memory, algo.rollout_gpu_memory_utilization)
+    if exp.spec.resources.backend == "trl":
+        if not exp.spec.resources.trl_vllm:
+            return [training], None  # transformers' generate, inside the training process
+        # TRL's colocated vLLM (sarl.integrations.trl_cluster.generation_overrides) stays awake
+        # through the update (TRL 1.16's vllm_enable_sleep_mode is off): its share counts in
+        # the training phase. Where the image has no vLLM the job falls back to transformers.
+        colocated = Term(
+            name=f"vLLM colocated: {algo.rollout_gpu_memory_utilization:g} of the GPU (awake)",
+            bytes=share,
+        )
+        terms = [t for t in training.terms if not t.name.startswith("vLLM asleep")]
+        training = training.model_copy(update={"terms": [*terms, colocated]})
+        return [training], memory.kv_cache_tokens(shape, share)
     rollout = Phase(
         name="rollout (vLLM generates)",
         terms=[
@@ -245,18 +256,12 @@ def _phases(
     return [training, rollout], memory.kv_cache_tokens(shape, share)
 
 
-def _largest_budget(exp: Experiment, shape: ModelShape, world: int, limit: int) -> int:
-    """The largest ``max_tokens_per_gpu`` (a multiple of 1024) whose update fits ``limit``."""
-    probe = exp.spec.algorithm.max_prompt_length + exp.spec.algorithm.max_response_length
-    fixed = memory.sharded_state(shape.parameters, world, trained=True) * (
-        2 if exp.spec.algorithm.name == "ppo" else 1
-    )
-    fixed += memory.sharded_state(shape.parameters, world, trained=False)
-    fixed += memory.CUDA_OVERHEAD + memory.gathered(shape) + memory.VLLM_SLEEP_RESIDUAL
-    per_token = (
-        memory.activations(shape, probe) + memory.logits(shape, probe)
-    ) / probe  # both are linear in tokens
-    return max(int((limit - fixed) / per_token) // 1024 * 1024, 0)
+def _largest_budget(shape: ModelShape, training: Phase, tokens: int) -> int:
+    """The largest tokens per pass (a multiple of 1024) whose update fits the phase's limit:
+    the activation and logit terms are linear in tokens, the rest does not move."""
+    moving = memory.activations(shape, tokens) + memory.logits(shape, tokens)
+    fixed = training.total - moving
+    return max(int((training.limit - fixed) / (moving / tokens)) // 1024 * 1024, 0)
 
 
 def _memory_checks(
@@ -270,9 +275,16 @@ def _memory_checks(
     algo = exp.spec.algorithm
     longest = algo.max_prompt_length + algo.max_response_length
     training = phases[0]
-    fits_budget = _largest_budget(exp, shape, world, training.limit)
+    fits_budget = _largest_budget(shape, training, tokens_per_pass(exp))
     verl = exp.spec.resources.backend == "verl"
-    if fits_budget < longest:
+    colocated = not verl and exp.spec.resources.trl_vllm
+    if fits_budget < longest and colocated:
+        field = "spec.algorithm.rollout_gpu_memory_utilization"
+        fix = (
+            "even one response per pass does not fit beside TRL's colocated vLLM, which stays "
+            "on the GPU through the update: lower it, or set spec.resources.trl_vllm: false"
+        )
+    elif fits_budget < longest:
         field = "spec.resources.nodes"
         fix = (
             "even one response per pass does not fit: use more GPUs (spec.resources.nodes), "
