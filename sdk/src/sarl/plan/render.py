@@ -58,7 +58,7 @@ _HEADER = (
     "checkpoint",
     "store/run",
     "steps",
-    "GPU-h",
+    "GPU-h/run",
     "fits",
 )
 
