@@ -155,6 +155,9 @@ def operator(
             "SARL_MLFLOW_TRACKING_URI": mlflow_server.url,
             "SARL_STATUS_INTERVAL_S": "1",
             "SARL_RETRY_DELAY_S": "1",
+            # The chart's bundled store is a trial store (20Gi): the paper-sized Experiment
+            # these calls come from would be refused as not fitting it. RBAC is the point here.
+            "SARL_STORE_CAPACITY": "10Ti",
         },
     )
     # --liveness would bind port 8080; it makes no API call.
