@@ -44,7 +44,7 @@ def join(base: str, *parts: str) -> str:
 def split_s3(uri: str, field: str) -> tuple[str, str]:
     """``s3://bucket/a/b.parquet`` -> ``("bucket", "a/b.parquet")``; DatasetError naming
     ``field`` when there is no valid bucket or no key."""
-    from sarl.storage.s3 import valid_bucket_name
+    from sarl.spec.model_source import valid_bucket_name
 
     bucket, _, key = uri.strip()[len("s3://") :].partition("/")
     if not valid_bucket_name(bucket):

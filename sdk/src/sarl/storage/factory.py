@@ -12,9 +12,10 @@ import os
 import re
 from pathlib import Path
 
+from sarl.spec.model_source import valid_bucket_name
 from sarl.storage.base import CheckpointStore, StorageError
 from sarl.storage.local import LocalCheckpointStore
-from sarl.storage.s3 import S3CheckpointStore, valid_bucket_name
+from sarl.storage.s3 import S3CheckpointStore
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 

@@ -48,7 +48,6 @@ from minio.deleteobjects import DeleteObject
 from minio.error import MinioException, S3Error, ServerError
 from urllib3.exceptions import HTTPError, MaxRetryError
 
-from sarl.spec.model_source import valid_bucket_name  # noqa: F401 -- one rule, re-exported
 from sarl.storage.base import (
     FILES_DIR,
     MANIFEST_NAME,
