@@ -40,9 +40,12 @@ def parse_quantity(value: str) -> int:
 
 
 def gib(n: float) -> str:
-    """Bytes as GiB with one decimal ("58.3 GiB"), or TiB from 1024 GiB on."""
+    """Bytes as GiB with one decimal ("58.3 GiB"), TiB from 1024 GiB on, MiB below 0.1 GiB
+    (the built-in model's figures)."""
     if n >= 2**40:
         return f"{n / 2**40:.2f} TiB"
+    if 0 < n < 0.1 * 2**30:
+        return f"{n / 2**20:.1f} MiB"
     return f"{n / 2**30:.1f} GiB"
 
 
