@@ -319,13 +319,19 @@ def _memory_checks(
         rollout = phases[1]
         trainer_state = rollout.total - rollout.terms[-1].bytes
         most = math.floor((gpu_memory - trainer_state) / gpu_memory * 100) / 100
+        share_fix = (
+            f"set it to at most {most:.2f}"
+            if most >= 0.05
+            else "the trainer's state alone leaves vLLM no room: use more GPUs "
+            "(spec.resources.nodes) or GPUs with more memory (spec.resources.gpu_memory)"
+        )
         checks.append(
             Check(
                 what=f"the {rollout.name} on each GPU (the trainer's state beside vLLM's share)",
                 need=rollout.total,
                 have=rollout.limit,
                 field="spec.algorithm.rollout_gpu_memory_utilization",
-                fix=f"set it to at most {most:.2f}",
+                fix=share_fix,
             )
         )
         checks.append(

@@ -34,7 +34,8 @@ def assumptions() -> list[str]:
 
 
 def _fits(plan: ExperimentPlan) -> str:
-    return "yes" if not plan.misfits else "NO: " + ", ".join(c.field for c in plan.misfits)
+    fields = dict.fromkeys(c.field for c in plan.misfits)  # each field once, in order
+    return "yes" if not fields else "NO: " + ", ".join(fields)
 
 
 def _phase(plan: ExperimentPlan, index: int) -> str:
