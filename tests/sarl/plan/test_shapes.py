@@ -58,10 +58,13 @@ def test_local_config_is_read(tmp_path: Path) -> None:
         "tie_word_embeddings": True,
     }
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert shape_of(str(tmp_path)) == from_config(config) == KNOWN["qwen/qwen3-4b"]
+    assert shape_of(str(tmp_path), read_local=True) == from_config(config)
+    assert from_config(config) == KNOWN["qwen/qwen3-4b"]
+    # The operator, the webhook and `sarl submit` never open a path a spec names.
+    assert shape_of(str(tmp_path)) is None
 
 
 def test_unknown_and_unreadable_models_have_no_shape(tmp_path: Path) -> None:
     assert shape_of("someone/unknown-model") is None
     (tmp_path / "config.json").write_text("{not json")
-    assert shape_of(str(tmp_path)) is None
+    assert shape_of(str(tmp_path), read_local=True) is None

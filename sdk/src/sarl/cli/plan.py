@@ -61,11 +61,15 @@ def plan_command(
         data, label = load_with_sets(document, sets)
         if is_study_document(data):
             study = validate_study(data, label)
-            plan = plan_study(study, train_rows=train_rows, store_capacity=capacity)
+            plan = plan_study(
+                study, train_rows=train_rows, store_capacity=capacity, read_local=True
+            )
             text = study_text(plan, terms=terms)
         else:
             exp = validate_document(data, label)
-            plan = plan_experiment(exp, train_rows=train_rows, store_capacity=capacity)  # type: ignore[assignment]
+            plan = plan_experiment(  # type: ignore[assignment]
+                exp, train_rows=train_rows, store_capacity=capacity, read_local=True
+            )
             text = experiment_text(plan)  # type: ignore[arg-type]
     except SpecError as e:
         raise fail(str(e)) from e

@@ -126,12 +126,17 @@ def tokens_per_pass(exp: Experiment) -> int:
 
 
 def plan_experiment(
-    exp: Experiment, *, train_rows: int | None = None, store_capacity: int | None = None
+    exp: Experiment,
+    *,
+    train_rows: int | None = None,
+    store_capacity: int | None = None,
+    read_local: bool = False,
 ) -> ExperimentPlan:
     """The plan of ``exp``; ``train_rows`` (for the hours) and ``store_capacity`` (bytes) are
-    what the spec cannot say."""
+    what the spec cannot say; ``read_local`` lets a local model directory's ``config.json`` give
+    the shape (the user's own ``sarl plan`` only: :func:`sarl.plan.shapes.shape_of`)."""
     spec, res, algo = exp.spec, exp.spec.resources, exp.spec.algorithm
-    shape = shape_of(spec.model.name, tiny_shape(exp))
+    shape = shape_of(spec.model.name, tiny_shape(exp), read_local=read_local)
     gpus_per_pod = max(res.gpus_per_node, 1)
     world = res.nodes * gpus_per_pod
     gpu_memory = parse_quantity(res.gpu_memory)

@@ -4,9 +4,10 @@ Called by :mod:`sarl.plan.plan` (through :func:`shape_of`). A shape comes from, 
 built-in tiny model's spec fields; a local model directory's ``config.json``; the table
 :data:`KNOWN` of the models the presets and examples name, matched by Hub id or by the last
 component of an ``s3://``/``pvc://``/``hf://`` model source (``sarl models copy`` keeps the Hub
-name as that component). Nothing here fetches anything: a spec is untrusted input on a cluster,
-and most GPU clusters cannot reach the Hub. A model found nowhere has no shape; the plan then
-says so and cannot check memory.
+name as that component). Local directories are read only where the caller says so (the user's
+own ``sarl plan``), never in the operator. Nothing here fetches anything: a spec is untrusted
+input on a cluster, and most GPU clusters cannot reach the Hub. A model found nowhere has no
+shape; the plan then says so and cannot check memory.
 
 Parameter counts are computed from the architecture (:func:`parameters`) and tested against the
 model cards' totals (e.g. Qwen3-4B: 4.0B, 3.6B without embeddings).
@@ -155,14 +156,18 @@ def _key(name: str) -> str:
     return name.lower()
 
 
-def shape_of(name: str, tiny: ModelShape | None = None) -> ModelShape | None:
+def shape_of(
+    name: str, tiny: ModelShape | None = None, *, read_local: bool = False
+) -> ModelShape | None:
     """The shape of ``spec.model.name`` (or a served model's name), or None when unknown.
 
-    ``tiny``: the built-in model's shape, used for ``builtin:`` names."""
+    ``tiny``: the built-in model's shape, used for ``builtin:`` names. ``read_local``: read a
+    local directory's ``config.json`` (``sarl plan`` on the user's machine); off in the
+    operator, the webhook and ``sarl submit``, which never open a path a spec names."""
     if name.startswith("builtin:"):
         return tiny
     local = Path(name) / "config.json"
-    if "://" not in name and local.is_file():
+    if read_local and "://" not in name and local.is_file():
         try:
             return from_config(json.loads(local.read_text()))
         except (OSError, ValueError, KeyError, TypeError):

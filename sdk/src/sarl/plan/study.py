@@ -38,12 +38,21 @@ class StudyPlan(BaseModel):
 
 
 def plan_study(
-    study: Study, *, train_rows: int | None = None, store_capacity: int | None = None
+    study: Study,
+    *,
+    train_rows: int | None = None,
+    store_capacity: int | None = None,
+    read_local: bool = False,
 ) -> StudyPlan:
-    """The plan of every run of ``study`` and of the Study as a whole."""
+    """The plan of every run of ``study`` and of the Study as a whole (``read_local``: as
+    :func:`~sarl.plan.plan.plan_experiment`)."""
     expanded = study.runs()
     runs = [
-        (run.arm, run.seed, plan_experiment(run.experiment, train_rows=train_rows))
+        (
+            run.arm,
+            run.seed,
+            plan_experiment(run.experiment, train_rows=train_rows, read_local=read_local),
+        )
         for run in expanded
     ]
     plans = [plan for _, _, plan in runs]
