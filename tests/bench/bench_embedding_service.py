@@ -251,7 +251,7 @@ def _infinity(key: str, engine: str, model: Path, out: Path) -> Iterator[Server]
 
 def in_process(texts: list[str]) -> dict[str, Any]:
     """The encoders in this process, every text in one call (the ceilings)."""
-    from sarl.embedding.encoders import load_encoder
+    from sarl.embedding.loading import load_encoder
     from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
     from sarl_services.threads import configure_threads
 

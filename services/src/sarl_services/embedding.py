@@ -47,8 +47,9 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from sarl.embedding.base import FloatArray
-from sarl.embedding.encoders import BACKENDS, Backend, SentenceEncoder, load_encoder
+from sarl.embedding.encoders import BACKENDS, Backend, SentenceEncoder
 from sarl.embedding.factory import DEFAULT_LOCAL_MODEL
+from sarl.embedding.loading import load_encoder
 from sarl.embedding.local import resolve_model_path
 from sarl_services.admission import Admission, Overloaded, RateEstimator
 from sarl_services.batching import Batcher, BatchSettings

@@ -23,12 +23,12 @@ from sarl.embedding.encoders import (
     OnnxEncoder,
     SentenceEncoder,
     TorchEncoder,
-    load_encoder,
     onnx_available,
     onnx_pooling,
     pool,
 )
 from sarl.embedding.factory import EmbedderConfig, make_embedder
+from sarl.embedding.loading import load_encoder
 from sarl.embedding.local import BUNDLED_MODEL, LocalEmbedder, resolve_model_path
 from tests.sarl.embedding.tiny_policy import one_torch_thread
 

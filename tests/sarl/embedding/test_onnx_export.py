@@ -24,7 +24,8 @@ import pytest
 
 from sarl.embedding import onnx_export
 from sarl.embedding.base import EmbeddingError
-from sarl.embedding.encoders import OnnxEncoder, TorchEncoder, load_encoder, max_length_of
+from sarl.embedding.encoders import OnnxEncoder, TorchEncoder, max_length_of
+from sarl.embedding.loading import load_encoder
 from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
 from sarl.embedding.onnx_export import (
     CHECK_TEXTS,
@@ -146,7 +147,7 @@ def test_a_cache_hit_loads_without_the_torch_model(
     of the encoder built from the loaded model and the same file, bit for bit."""
     script = (
         "import sys, numpy as np; from pathlib import Path\n"
-        "from sarl.embedding.encoders import load_encoder\n"
+        "from sarl.embedding.loading import load_encoder\n"
         f"enc = load_encoder(Path({str(model_path)!r}), backend='auto', threads=1, "
         f"cache_dir=Path({str(cache)!r}))\n"
         "texts = [l for l in Path(sys.argv[1]).read_text().split('\\n---\\n')]\n"

