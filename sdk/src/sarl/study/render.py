@@ -6,7 +6,8 @@ Called by :meth:`sarl.study.aggregate.StudyReport.to_markdown` (:func:`markdown`
 :func:`validity_columns`, :func:`validity_rows` and :func:`how_read`, through
 :mod:`sarl.study.result` and :mod:`sarl.cli.study`), so that the file,
 the notebook and the terminal read alike. Pure: a :class:`~sarl.study.aggregate.StudyReport` in,
-strings out.
+strings out. The functions take it as a :class:`ReportView` (what they read of it): the report
+renders itself through this module, so this module does not import it.
 
 Numbers: an interval reads ``0.180 [0.150, 0.210]``, with ``clipped to [0, 1]`` where it was
 clipped to the metric's range, ``(1 seed)`` where one seed gives no interval, ``—`` where there
@@ -16,7 +17,7 @@ is no value; response lengths (token counts) have one decimal, KL four, the rest
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from sarl.study.flags import (
     CHANCE,
@@ -30,9 +31,6 @@ from sarl.study.flags import (
 )
 from sarl.study.history import COMPARED
 from sarl.study.stats import Interval
-
-if TYPE_CHECKING:
-    from sarl.study.aggregate import StudyReport
 
 # Number formats per metric in report.md (lengths are token counts; the rest are rates or small).
 _FORMATS: Mapping[str, str] = {"length": ".1f", "kl": ".4f"}
@@ -51,6 +49,51 @@ _LABELS: Mapping[str, str] = {
     "answer_rate": "training answer rate",
     "degenerate": "degenerate maps",
 }
+
+
+class ReportView(Protocol):
+    """What the text reads of a :class:`~sarl.study.aggregate.StudyReport` (see there for what
+    each field holds); read-only, so the frozen report is one."""
+
+    @property
+    def study(self) -> str: ...
+
+    @property
+    def reference(self) -> str: ...
+
+    @property
+    def k(self) -> int: ...
+
+    @property
+    def arms(self) -> tuple[str, ...]: ...
+
+    @property
+    def runs(self) -> Mapping[str, Mapping[int, Mapping[str, Any]]]: ...
+
+    @property
+    def aggregate(self) -> Mapping[str, Mapping[str, Interval]]: ...
+
+    @property
+    def vs_reference(self) -> Mapping[str, Mapping[str, Interval]]: ...
+
+    @property
+    def flags(self) -> Mapping[str, tuple[str, ...]]: ...
+
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+
+    @property
+    def confidence(self) -> float: ...
+
+    @property
+    def benchmark(self) -> str: ...
+
+    @property
+    def validity(self) -> Mapping[str, Mapping[str, Mapping[str, Interval]]]: ...
+
+    def validity_flagged(self, arm: str) -> tuple[str, ...]:
+        """The rewards of ``arm`` that raise ``validity_at_chance_reward_up``."""
+        ...
 
 
 def _num(value: float | None, metric: str, signed: bool = False) -> str:
@@ -77,7 +120,7 @@ def _start_end(agg: Mapping[str, Interval], metric: str) -> str:
     return f"{start} → {_iv(agg[f'{metric}_end'], metric)}"
 
 
-def arm_columns(report: StudyReport, *, code: bool = False) -> list[str]:
+def arm_columns(report: ReportView, *, code: bool = False) -> list[str]:
     """Headers of the report's main table (``code``: the reference arm in Markdown backticks)."""
     k = report.k
     ref = f"`{report.reference}`" if code else report.reference
@@ -94,7 +137,7 @@ def arm_columns(report: StudyReport, *, code: bool = False) -> list[str]:
     ]
 
 
-def arm_cells(report: StudyReport, arm: str) -> list[str]:
+def arm_cells(report: ReportView, arm: str) -> list[str]:
     """One arm's row of the main table: means with their intervals, the flags raised."""
     agg, paired = report.aggregate[arm], report.vs_reference[arm]
     vs_ref = "reference" if arm == report.reference else _iv(paired["eval_accuracy_end"], "", True)
@@ -111,7 +154,7 @@ def arm_cells(report: StudyReport, arm: str) -> list[str]:
     ]
 
 
-def _flag_text(report: StudyReport, arm: str, flag: str) -> str:
+def _flag_text(report: ReportView, arm: str, flag: str) -> str:
     """A flag's text; the validity flag names its rewards."""
     if flag != FLAG_VALIDITY_AT_CHANCE:
         return FLAG_TEXT[flag]
@@ -131,7 +174,7 @@ def validity_columns() -> list[str]:
     ]
 
 
-def validity_rows(report: StudyReport) -> list[list[str]]:
+def validity_rows(report: ReportView) -> list[list[str]]:
     """One row per arm and reward whose validity the runs logged: AUROC and within-prompt
     pair agreement (first → last quarter), pair ties at the end, the reward term's change, and
     which late-window figures are at chance (``flag`` when the reward also rose)."""
@@ -156,7 +199,7 @@ def validity_rows(report: StudyReport) -> list[list[str]]:
     return rows
 
 
-def paired_rows(report: StudyReport) -> list[list[str]]:
+def paired_rows(report: ReportView) -> list[list[str]]:
     """``[arm, metric, Δ end, Δ change]`` of every non-reference arm and compared metric."""
     rows: list[list[str]] = []
     for arm in report.arms:
@@ -172,7 +215,7 @@ def paired_rows(report: StudyReport) -> list[list[str]]:
     return rows
 
 
-def how_read(report: StudyReport) -> str:
+def how_read(report: ReportView) -> str:
     """What the numbers of the report are (one paragraph)."""
     k, pct = report.k, f"{report.confidence:.0%}"
     return (
@@ -185,7 +228,7 @@ def how_read(report: StudyReport) -> str:
     )
 
 
-def markdown(report: StudyReport) -> str:
+def markdown(report: ReportView) -> str:
     """``report.md``: one row per arm, the paired differences, the flags, the notes."""
     k, ref = report.k, report.reference
     lines = [
@@ -222,7 +265,7 @@ def markdown(report: StudyReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _validity_section(report: StudyReport) -> list[str]:
+def _validity_section(report: ReportView) -> list[str]:
     rows = validity_rows(report)
     if not rows:
         return []
@@ -244,7 +287,7 @@ def _validity_section(report: StudyReport) -> list[str]:
     return lines
 
 
-def _paired_section(report: StudyReport) -> list[str]:
+def _paired_section(report: ReportView) -> list[str]:
     rows = paired_rows(report)
     if not rows:
         return []
@@ -261,6 +304,7 @@ def _paired_section(report: StudyReport) -> list[str]:
 
 
 __all__ = [
+    "ReportView",
     "arm_cells",
     "arm_columns",
     "how_read",
