@@ -5,12 +5,15 @@ notebook's inline figure). A group is a Study arm — its seeds as thin lines, t
 or a run on its own (:attr:`~sarl.tracking.compare.Comparison.groups`); per-step curves are
 smoothed and axes labelled as in the Study report (:mod:`sarl.viz.curves`). The panels are
 :data:`sarl.tracking.metrics.CURVES`. matplotlib is imported inside the functions, through
-:func:`sarl.display.figure` (a bare ``Figure``, no pyplot state).
+:func:`sarl.display.figure` (a bare ``Figure``, no pyplot state). The comparison comes in as a
+:class:`ComparisonView` (what the figure reads of it): the comparison draws itself through this
+module, so this module does not import it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from sarl import display
 from sarl.tracking.metrics import CURVES, metric_info
@@ -19,6 +22,7 @@ from sarl.viz.curves import (
     THICK_LW,
     THIN_ALPHA,
     THIN_LW,
+    Points,
     draw_seeds,
     finish_axes,
     smoothing_text,
@@ -30,7 +34,36 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from sarl.tracking.compare import Comparison
+
+class ComparedRun(Protocol):
+    """What the legend reads of a run (a :class:`~sarl.tracking.compare.RunSummary`)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def arm(self) -> str | None: ...
+
+    @property
+    def seed(self) -> int | None: ...
+
+
+class ComparisonView(Protocol):
+    """What the figure reads of a :class:`~sarl.tracking.compare.Comparison` (see there for
+    what each holds); read-only, so the frozen comparison is one."""
+
+    @property
+    def runs(self) -> Sequence[ComparedRun]: ...
+
+    @property
+    def histories(self) -> Mapping[str, Mapping[str, Points]]: ...
+
+    @property
+    def groups(self) -> Mapping[str, tuple[str, ...]]: ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
 
 # A tab10-like palette, spelled out so colours do not depend on matplotlib's style settings.
 _COLORS = (
@@ -40,7 +73,7 @@ _COLORS = (
 _MARKERS_UP_TO = 30  # points per line; markers make short runs visible, long ones stay clean
 
 
-def comparison_figure(comparison: Comparison) -> Figure:
+def comparison_figure(comparison: ComparisonView) -> Figure:
     """What :meth:`Comparison.figure` returns (see there)."""
     from matplotlib.lines import Line2D
 
@@ -73,7 +106,7 @@ def _width(runs: int) -> float:
     return THICK_LW if runs > 1 else SINGLE_LW
 
 
-def _legend(comparison: Comparison, label: str, ids: tuple[str, ...]) -> str:
+def _legend(comparison: ComparisonView, label: str, ids: tuple[str, ...]) -> str:
     """``arm (2 seeds)``; a Study arm drawn from one run: ``arm (seed 1)``; else the run."""
     if len(ids) > 1:
         return f"{label} ({len(ids)} seeds)"
@@ -82,7 +115,7 @@ def _legend(comparison: Comparison, label: str, ids: tuple[str, ...]) -> str:
 
 
 def _draw_panel(
-    ax: Axes, comparison: Comparison, title: str, metrics: tuple[str, ...], window: int
+    ax: Axes, comparison: ComparisonView, title: str, metrics: tuple[str, ...], window: int
 ) -> None:
     labels = comparison.labels
     used: list[str] = []
@@ -118,4 +151,4 @@ def _color(index: int) -> str:
     return _COLORS[index % len(_COLORS)]
 
 
-__all__ = ["comparison_figure"]
+__all__ = ["ComparedRun", "ComparisonView", "comparison_figure"]
