@@ -24,10 +24,11 @@ pytest.importorskip("sarl_operator")  # the builders (not in the verl environmen
 from sarl.spec.experiment import Experiment
 from sarl_jobs import trl_trainer, verl_trainer
 from sarl_operator import builders
+from sarl_operator.platform_settings import Platform
 from tests.jobs.pytorchjob_emulator import Replica, replica_envs
 
 LAYOUTS = [(1, 8), (2, 8), (4, 1)]
-PLATFORM = builders.Platform(
+PLATFORM = Platform(
     s3_endpoint_url="http://minio:9000", s3_bucket="sarl", s3_credentials_secret="s3"
 )
 SECRETS = {"s3": {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}}

@@ -25,6 +25,7 @@ from sarl.spec.model_source import MODEL_MANIFEST, parse_model_uri
 from sarl.storage.models import S3ModelStore
 from sarl_jobs import trl_trainer, verl_trainer
 from sarl_operator import builders
+from sarl_operator.platform_settings import Platform
 from tests.jobs.pytorchjob_emulator import replica_envs
 
 FILES = {"config.json": b'{"model_type": "qwen3"}', "model.safetensors": b"\x01" * 4096}
@@ -65,7 +66,7 @@ def stored_model(
 
 
 def _head_plan(exp: Experiment, workdir: str) -> list[str]:
-    platform = builders.Platform(s3_endpoint_url="http://minio:9000", s3_credentials_secret="s3")
+    platform = Platform(s3_endpoint_url="http://minio:9000", s3_credentials_secret="s3")
     job = builders.pytorchjob(
         exp, "team-a", image="img", mlflow_run_id="run", tracking_uri="http://mlflow",
         platform=platform,

@@ -29,7 +29,8 @@ pytest.importorskip("moto")  # the S3 server (dev extra; not in the verl environ
 
 from sarl.spec.experiment import Experiment
 from sarl.storage import CheckpointStore, open_store
-from sarl_operator import builders
+from sarl_operator import builders, job_pods
+from sarl_operator.platform_settings import Platform
 from sarl_operator.tracking import MlflowTracking
 from tests.jobs.pytorchjob_emulator import (
     JobRun,
@@ -118,8 +119,8 @@ def experiment(name: str, max_steps: int) -> Experiment:
     return Experiment.model_validate({"metadata": {"name": name}, "spec": spec})
 
 
-def platform(s3: str) -> builders.Platform:
-    return builders.Platform(s3_endpoint_url=s3, s3_bucket="sarl", s3_credentials_secret=SECRET)
+def platform(s3: str) -> Platform:
+    return Platform(s3_endpoint_url=s3, s3_bucket="sarl", s3_credentials_secret=SECRET)
 
 
 def launch(
@@ -151,7 +152,7 @@ def launch(
 
 
 def store_of(exp: Experiment, s3: str) -> CheckpointStore:
-    return open_store(builders.checkpoint_uri(exp, NAMESPACE, platform(s3)), endpoint_url=s3)
+    return open_store(job_pods.checkpoint_uri(exp, NAMESPACE, platform(s3)), endpoint_url=s3)
 
 
 def history(mlflow_url: str, run_id: str, key: str) -> list[tuple[int, int]]:

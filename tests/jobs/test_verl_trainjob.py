@@ -16,12 +16,12 @@ pytest.importorskip("sarl_operator")  # the builders (not in the verl environmen
 from sarl.spec.experiment import Experiment
 from sarl_jobs import verl_trainer
 from sarl_jobs.cluster import RAY_PORT
-from sarl_operator import builders
+from sarl_operator.platform_settings import Platform
 from sarl_operator.trainjob import trainjob
 from tests.jobs.trainjob_emulator import jobset, pods
 from tests.jobs.trainjob_emulator.sarl import sarl_runtime
 
-PLATFORM = builders.Platform(
+PLATFORM = Platform(
     s3_endpoint_url="http://minio:9000", s3_bucket="sarl", s3_credentials_secret="s3"
 )
 SECRETS = {"s3": {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "secret"}}

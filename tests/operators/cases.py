@@ -15,7 +15,8 @@ import yaml
 
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
-from sarl_operator import builders, evaluation
+from sarl_operator import builders, evaluation, served_models
+from sarl_operator.platform_settings import Platform
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 GOLDEN_DIR: Final = Path(__file__).resolve().parent / "golden"
@@ -23,7 +24,7 @@ NAMESPACE: Final = "research"
 IMAGE: Final = "ghcr.io/sarl-dev/sarl-verl:0.1.0"
 RUN_ID: Final = "0123456789abcdef"
 TRACKING_URI: Final = "http://sarl-mlflow.sarl-system.svc.cluster.local:5000"
-PLATFORM: Final = builders.Platform(
+PLATFORM: Final = Platform(
     s3_endpoint_url="http://sarl-minio.sarl-system.svc.cluster.local:9000",
     s3_bucket="sarl",
     s3_credentials_secret="sarl-s3-credentials",
@@ -82,7 +83,7 @@ def experiment_of(doc: dict[str, Any]) -> Experiment:
     """Validate ``doc`` as the operator does: served chat endpoints get their URL first."""
     doc = copy.deepcopy(doc)
     name = doc["metadata"]["name"]
-    doc["spec"] = builders.fill_judge_urls(doc["spec"], name, NAMESPACE, PLATFORM)
+    doc["spec"] = served_models.fill_judge_urls(doc["spec"], name, NAMESPACE, PLATFORM)
     return load_experiment(doc)
 
 
@@ -94,7 +95,7 @@ def children(exp: Experiment) -> list[dict[str, Any]]:
     """Every child object the operator builds for ``exp``, in apply order."""
     return [
         builders.configmap(exp, NAMESPACE, PLATFORM),
-        *builders.inference_services(exp, NAMESPACE, PLATFORM),
+        *served_models.inference_services(exp, NAMESPACE, PLATFORM),
         builders.pytorchjob(
             exp,
             NAMESPACE,

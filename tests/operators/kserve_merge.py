@@ -2,9 +2,9 @@
 the predictor pod's ``kserve-container`` and pod-level fields, emulated in Python.
 
 Called by ``tests/operators/test_kserve_merge.py`` for the operator's InferenceServices
-(``sarl_operator.builders.inference_services``) and the sarl-inference chart's. KServe's Go code
-is not run or copied; this follows what it does, read in github.com/kserve/kserve at the tags of
-:data:`RELEASES` (the runtime itself is the upstream YAML under ``fixtures/kserve/<tag>/``):
+(``sarl_operator.served_models.inference_services``) and the sarl-inference chart's. KServe's Go
+code is not run or copied; this follows what it does, read in github.com/kserve/kserve at the tags
+of :data:`RELEASES` (the runtime itself is the upstream YAML under ``fixtures/kserve/<tag>/``):
 
 1. ``pkg/controller/v1beta1/inferenceservice/components/predictor.go`` (``Reconcile`` at v0.15.0,
    ``buildPodSpec`` at v0.20.0) calls ``isvcutils.MergeServingRuntimeAndInferenceServiceSpecs``

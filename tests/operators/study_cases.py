@@ -21,7 +21,14 @@ import yaml
 
 from sarl.spec.loader import load_study
 from sarl.spec.study import Study
-from sarl_operator import builders, evaluation, experiment_handlers, study_builders
+from sarl_operator import (
+    builders,
+    child_meta,
+    evaluation,
+    experiment_handlers,
+    served_models,
+    study_builders,
+)
 from tests.operators.cases import GOLDEN_DIR, IMAGE, NAMESPACE, PLATFORM, ROOT, TRACKING_URI
 
 EXAMPLE: Final = ROOT / "examples" / "studies" / "sarl-math.yaml"
@@ -108,11 +115,11 @@ def child_children(s: Study) -> list[dict[str, Any]]:
     }
     objs = [
         builders.configmap(exp, NAMESPACE, PLATFORM),
-        *builders.inference_services(exp, NAMESPACE, PLATFORM),
+        *served_models.inference_services(exp, NAMESPACE, PLATFORM),
         builders.pytorchjob(exp, NAMESPACE, **kwargs),
         evaluation.eval_job(exp, NAMESPACE, **kwargs),
     ]
-    return [builders.owned(o, meta) for o in objs]
+    return [child_meta.owned(o, meta) for o in objs]
 
 
 def _text(source: str, docs: list[dict[str, Any]]) -> str:

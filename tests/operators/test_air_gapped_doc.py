@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from sarl.spec.loader import load_study
-from sarl_operator import builders, evaluation, study_builders
+from sarl_operator import builders, evaluation, served_models, study_builders
 from tests.operators.cases import IMAGE, NAMESPACE, PLATFORM, ROOT, RUN_ID, TRACKING_URI
 
 DOC = ROOT / "docs" / "cluster" / "air-gapped.md"
@@ -47,7 +47,7 @@ def test_every_run_of_the_documented_study_stays_off_the_hub() -> None:
             builders.configmap(exp, NAMESPACE, PLATFORM),
             job,
             eval_job,
-            *builders.inference_services(exp, NAMESPACE, PLATFORM),
+            *served_models.inference_services(exp, NAMESPACE, PLATFORM),
         ]
         assert not HUB_IDS.search(yaml.safe_dump(children)), run.name
         for pod in (job["spec"]["pytorchReplicaSpecs"]["Master"], eval_job["spec"]):

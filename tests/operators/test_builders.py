@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from sarl.spec.loader import SpecError, load_experiment
-from sarl_operator import builders
+from sarl_operator import builders, child_meta, served_models
 from tests.operators import regenerate_golden
 from tests.operators.cases import (
     CASES,
@@ -109,13 +109,13 @@ def test_embedding_isvc_only_without_url(url: str, created: int) -> None:
     doc = CASES["sarl-grpo-math-2node"]()
     doc["spec"]["reward"][0]["settings"]["embedder"]["url"] = url
     exp = load_experiment(doc)
-    isvcs = builders.inference_services(exp, NAMESPACE)
+    isvcs = served_models.inference_services(exp, NAMESPACE)
     assert len(isvcs) == created
     rendered = yaml.safe_load(builders.configmap(exp, NAMESPACE)["data"]["experiment.yaml"])
     got_url = rendered["spec"]["reward"][0]["settings"]["embedder"]["url"]
     if created:
         assert "--runner=pooling" in isvcs[0]["spec"]["predictor"]["model"]["args"]
-        assert got_url == builders.embedding_url(exp, NAMESPACE)
+        assert got_url == served_models.embedding_url(exp, NAMESPACE)
     else:
         assert got_url == url
 
@@ -129,7 +129,7 @@ def _judge_doc(url: str | None, model: str = "Qwen/Qwen3-8B") -> dict[str, Any]:
 @pytest.mark.parametrize(("url", "created"), [(None, 1), ("", 1), ("http://judge:8000", 0)])
 def test_judge_isvc_only_without_url(url: str | None, created: int) -> None:
     exp = experiment_of(_judge_doc(url))
-    isvcs = builders.inference_services(exp, NAMESPACE, PLATFORM)
+    isvcs = served_models.inference_services(exp, NAMESPACE, PLATFORM)
     assert [i["metadata"]["name"] for i in isvcs] == ["sarl-grpo-judge-judge"] * created
     rendered = yaml.safe_load(
         builders.configmap(exp, NAMESPACE, PLATFORM)["data"]["experiment.yaml"]
@@ -139,7 +139,7 @@ def test_judge_isvc_only_without_url(url: str | None, created: int) -> None:
         assert "--model_id=Qwen/Qwen3-8B" in isvcs[0]["spec"]["predictor"]["model"]["args"]
         assert client == {
             **client,
-            "url": builders.judge_url(exp.name, NAMESPACE),
+            "url": served_models.judge_url(exp.name, NAMESPACE),
             "model": "judge",
         }
     else:
@@ -149,7 +149,7 @@ def test_judge_isvc_only_without_url(url: str | None, created: int) -> None:
 def test_judge_off_serves_nothing() -> None:
     doc = _judge_doc(None)
     doc["spec"]["reward"][0]["settings"]["judge"] = False
-    assert builders.inference_services(experiment_of(doc), NAMESPACE, PLATFORM) == []
+    assert served_models.inference_services(experiment_of(doc), NAMESPACE, PLATFORM) == []
 
 
 def test_rlkd_decomposer_and_judge_share_one_served_model() -> None:
@@ -159,8 +159,10 @@ def test_rlkd_decomposer_and_judge_share_one_served_model() -> None:
         {"name": "rlkd", "settings": {"decomposer": endpoint, "judge": endpoint}}
     ]
     exp = experiment_of(doc)
-    assert [m for _, m in builders.served_judges(exp, NAMESPACE, PLATFORM)] == ["Qwen/Qwen3-8B"] * 2
-    assert len(builders.inference_services(exp, NAMESPACE, PLATFORM)) == 1
+    assert [m for _, m in served_models.served_judges(exp, NAMESPACE, PLATFORM)] == [
+        "Qwen/Qwen3-8B"
+    ] * 2
+    assert len(served_models.inference_services(exp, NAMESPACE, PLATFORM)) == 1
 
 
 def test_two_served_judge_models_are_refused_naming_the_fields() -> None:
@@ -169,7 +171,7 @@ def test_two_served_judge_models_are_refused_naming_the_fields() -> None:
         {"name": "rlkd", "settings": {"decomposer": {"model": "a/b"}, "judge": {"model": "c/d"}}}
     ]
     with pytest.raises(ValueError, match=r"spec\.reward\[0\]\.settings\.decomposer.*'a/b', 'c/d'"):
-        builders.inference_services(experiment_of(doc), NAMESPACE, PLATFORM)
+        served_models.inference_services(experiment_of(doc), NAMESPACE, PLATFORM)
 
 
 def test_without_fill_a_urlless_judge_is_a_spec_error_naming_the_field() -> None:
@@ -184,15 +186,15 @@ def test_configmap_holds_valid_spec_and_backend() -> None:
     # The preset's embedder has no URL: the trainer gets the served model's URL and name.
     expected = exp.spec.model_dump(mode="json")
     embedder = expected["reward"][0]["settings"]["embedder"]
-    embedder.update(url=builders.embedding_url(exp, NAMESPACE), model="embedding")
+    embedder.update(url=served_models.embedding_url(exp, NAMESPACE), model="embedding")
     assert load_experiment(data["experiment.yaml"]).spec.model_dump(mode="json") == expected
 
 
 def test_owned_adds_one_controller_reference() -> None:
     obj = builders.configmap(experiment("sarl-grpo-math"), NAMESPACE)
     owner = {"name": "sarl-grpo-math", "uid": "u-1"}
-    once = builders.owned(obj, owner)
-    assert builders.owned(once, owner) == once
+    once = child_meta.owned(obj, owner)
+    assert child_meta.owned(once, owner) == once
     assert once["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "sarl.dev/v1alpha1",
@@ -207,6 +209,6 @@ def test_owned_adds_one_controller_reference() -> None:
 
 
 def test_labels_carry_experiment() -> None:
-    got = builders.labels(experiment("sarl-grpo-math"))
+    got = child_meta.labels(experiment("sarl-grpo-math"))
     assert got["sarl.dev/experiment"] == "sarl-grpo-math"
     assert got["app.kubernetes.io/managed-by"] == "sarl-operator"

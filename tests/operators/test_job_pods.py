@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sarl.spec.experiment import Experiment
-from sarl_operator import builders, evaluation, study_builders
+from sarl_operator import builders, evaluation, served_models, study_builders
 from tests.operators import study_cases
 from tests.operators.cases import (
     CASES,
@@ -148,7 +148,7 @@ def _isvcs(exp: Experiment) -> dict[str, dict[str, Any]]:
     """Predictor of each served model, by component (the judge case adds a judge)."""
     return {
         isvc["metadata"]["labels"]["app.kubernetes.io/component"]: isvc["spec"]["predictor"]
-        for isvc in builders.inference_services(exp, NAMESPACE, PLATFORM)
+        for isvc in served_models.inference_services(exp, NAMESPACE, PLATFORM)
     }
 
 
@@ -163,7 +163,7 @@ def _served(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Predictors of ``doc`` as the handlers build them (judge URLs filled before validation)."""
     doc = copy.deepcopy(doc)
     name = doc["metadata"]["name"]
-    doc["spec"] = builders.fill_judge_urls(doc["spec"], name, NAMESPACE, PLATFORM)
+    doc["spec"] = served_models.fill_judge_urls(doc["spec"], name, NAMESPACE, PLATFORM)
     return _isvcs(experiment_of(doc))
 
 

@@ -33,7 +33,7 @@ import yaml
 
 from sarl.spec.experiment import Experiment
 from sarl.spec.presets import PRESETS
-from sarl_operator import builders, knative
+from sarl_operator import knative, served_models
 from tests.charts.rendering import CASES as CHART_CASES
 from tests.charts.rendering import INFERENCE, Case, objects_of_kind, render_templates
 from tests.operators.cases import NAMESPACE, PLATFORM, experiment_of, judge_doc, two_node_doc
@@ -135,7 +135,7 @@ def _with_serving(doc: dict[str, Any], **serving: Any) -> Experiment:
 
 
 def _isvcs(exp: Experiment) -> list[dict[str, Any]]:
-    return builders.inference_services(exp, NAMESPACE, PLATFORM)
+    return served_models.inference_services(exp, NAMESPACE, PLATFORM)
 
 
 def _refusals(isvcs: list[dict[str, Any]], enabled: Iterable[str] = ()) -> set[str]:

@@ -16,8 +16,9 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
-from sarl.spec.experiment import Experiment, ServedModelSpec
-from sarl_operator import builders
+from sarl.spec.cluster_fields import ServedModelSpec
+from sarl.spec.experiment import Experiment
+from sarl_operator import job_pods, served_models
 from tests.charts.rendering import CHARTS_DIR, INFERENCE, Case, objects_of_kind
 from tests.operators.cases import NAMESPACE, PLATFORM, experiment, experiment_of, judge_doc
 from tests.operators.kserve_merge import (
@@ -31,7 +32,7 @@ from tests.operators.kserve_merge import (
 )
 
 TAGS = sorted(RELEASES)
-GPU = builders.GPU_RESOURCE
+GPU = job_pods.GPU_RESOURCE
 #: Environment the runtime itself adds, per release (LMCACHE from the runtime YAML, the name
 #: from the controller).
 RUNTIME_ENV = {
@@ -81,7 +82,7 @@ OPERATOR_ISVCS = [
         exp, isvc, id=f"{case}-{isvc['metadata']['labels']['app.kubernetes.io/component']}"
     )
     for case, exp in _operator_cases().items()
-    for isvc in builders.inference_services(exp, NAMESPACE, PLATFORM)
+    for isvc in served_models.inference_services(exp, NAMESPACE, PLATFORM)
 ]
 
 
@@ -196,7 +197,7 @@ def test_operator_isvc_identity_token_and_gpu_name_reach_the_pod(tag: str) -> No
     doc["spec"]["serving"]["embedding"]["gpu_resource"] = "nvidia.com/mig-1g.10gb"
     exp = experiment_of(doc)
     gpus = {"embedding": "nvidia.com/mig-1g.10gb", "judge": "amd.com/gpu"}
-    for isvc in builders.inference_services(exp, NAMESPACE, PLATFORM):
+    for isvc in served_models.inference_services(exp, NAMESPACE, PLATFORM):
         component = isvc["metadata"]["labels"]["app.kubernetes.io/component"]
         pod = predictor_pod(isvc, RELEASES[tag])
         assert pod["serviceAccountName"] == "serve-sa"
@@ -219,7 +220,7 @@ def test_gpu_only_predictor_runs_with_the_runtime_cpu_and_memory(tag: str) -> No
     """Finding 4: the builders' old predictor (1 GPU and nothing else) keeps the runtime's 1 CPU
     and 2Gi, far below what a judge needs; the checks above would have failed on it."""
     exp = experiment("sarl-grpo-judge")
-    (isvc,) = builders.inference_services(exp, NAMESPACE, PLATFORM)
+    (isvc,) = served_models.inference_services(exp, NAMESPACE, PLATFORM)
     old = copy.deepcopy(isvc)
     old["spec"]["predictor"]["model"]["resources"] = {
         "requests": {GPU: "1"},

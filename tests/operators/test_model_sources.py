@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from sarl_operator import builders, evaluation
+from sarl_operator import builders, evaluation, job_pods, served_models
+from sarl_operator.platform_settings import Platform
 from sarl_operator.trainjob import TrainJobBuilder
 from tests.operators.cases import (
     IMAGE,
@@ -57,13 +58,13 @@ def _embedder(doc: dict[str, Any], model: str) -> dict[str, Any]:
     return doc
 
 
-def _kw(platform: builders.Platform) -> dict[str, Any]:
+def _kw(platform: Platform) -> dict[str, Any]:
     return {
         "image": IMAGE, "mlflow_run_id": RUN_ID, "tracking_uri": TRACKING_URI, "platform": platform
     }  # fmt: skip
 
 
-def _pods(doc: dict[str, Any], platform: builders.Platform = PLATFORM) -> list[dict[str, Any]]:
+def _pods(doc: dict[str, Any], platform: Platform = PLATFORM) -> list[dict[str, Any]]:
     """The pod specs of the trainer (PyTorchJob Master) and the evaluation Job."""
     exp = experiment_of(doc)
     job = builders.pytorchjob(exp, NAMESPACE, **_kw(platform))
@@ -72,8 +73,8 @@ def _pods(doc: dict[str, Any], platform: builders.Platform = PLATFORM) -> list[d
     return [master, evaluate]
 
 
-def _isvc(doc: dict[str, Any], platform: builders.Platform = PLATFORM) -> dict[str, Any]:
-    (isvc,) = builders.inference_services(experiment_of(doc), NAMESPACE, platform)
+def _isvc(doc: dict[str, Any], platform: Platform = PLATFORM) -> dict[str, Any]:
+    (isvc,) = served_models.inference_services(experiment_of(doc), NAMESPACE, platform)
     return isvc
 
 
@@ -153,7 +154,7 @@ def test_trainer_and_evaluation_hub_env(
 ) -> None:
     platform = dataclasses.replace(PLATFORM, hf_endpoint=platform_mirror)
     exp = experiment_of(_with(two_node_doc(), model=model, **resources))
-    env = _env({"env": builders.job_env(exp, NAMESPACE, RUN_ID, TRACKING_URI, platform)})
+    env = _env({"env": job_pods.job_env(exp, NAMESPACE, RUN_ID, TRACKING_URI, platform)})
     got = {k: v for k, v in env.items() if k in ("HF_ENDPOINT", "HF_HUB_OFFLINE")}
     assert got == expected
     for pod in _pods(_with(two_node_doc(), model=model, **resources), platform):
@@ -177,10 +178,10 @@ def test_bad_served_model_names_its_field(model: str, words: str) -> None:
 
 
 def test_platform_reads_sarl_hf_endpoint() -> None:
-    assert builders.Platform.from_env({"SARL_HF_ENDPOINT": MIRROR + "/"}).hf_endpoint == MIRROR
-    assert builders.Platform.from_env({}).hf_endpoint == ""
+    assert Platform.from_env({"SARL_HF_ENDPOINT": MIRROR + "/"}).hf_endpoint == MIRROR
+    assert Platform.from_env({}).hf_endpoint == ""
     with pytest.raises(ValueError, match="^SARL_HF_ENDPOINT: must be an http"):
-        builders.Platform.from_env({"SARL_HF_ENDPOINT": "hf-mirror"})
+        Platform.from_env({"SARL_HF_ENDPOINT": "hf-mirror"})
 
 
 def test_extra_args_cannot_move_the_model_dir() -> None:

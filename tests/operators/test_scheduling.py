@@ -10,7 +10,7 @@ import pytest
 
 from sarl.spec.experiment import Experiment
 from sarl_operator import scheduling
-from sarl_operator.builders import Platform
+from sarl_operator.platform_settings import Platform
 from tests.operators.cases import CASES, experiment_of
 
 

@@ -16,6 +16,7 @@ import yaml
 
 from sarl.spec.experiment import Experiment
 from sarl_operator import builders, evaluation, scheduling
+from sarl_operator.platform_settings import Platform
 from tests.charts.test_crd import _as_json_schema
 from tests.operators.cases import (
     CASES,
@@ -35,7 +36,7 @@ CRD: Final = (
     / "training-operator-v1.9.0"
     / "kubeflow.org_pytorchjobs.yaml"
 )
-KUEUE: Final = builders.Platform(**{**PLATFORM.__dict__, "default_queue": "shared"})
+KUEUE: Final = Platform(**{**PLATFORM.__dict__, "default_queue": "shared"})
 
 
 @functools.cache
@@ -53,7 +54,7 @@ def _exp(**resources: Any) -> Experiment:
     return experiment_of(doc)
 
 
-def _pytorchjob(exp: Experiment, platform: builders.Platform) -> dict[str, Any]:
+def _pytorchjob(exp: Experiment, platform: Platform) -> dict[str, Any]:
     job = builders.pytorchjob(
         exp, NAMESPACE, image=IMAGE, mlflow_run_id=RUN_ID, tracking_uri=TRACKING_URI,
         platform=platform,
@@ -63,7 +64,7 @@ def _pytorchjob(exp: Experiment, platform: builders.Platform) -> dict[str, Any]:
     return job
 
 
-def _eval_job(exp: Experiment, platform: builders.Platform) -> dict[str, Any]:
+def _eval_job(exp: Experiment, platform: Platform) -> dict[str, Any]:
     return evaluation.eval_job(
         exp, NAMESPACE, image=IMAGE, mlflow_run_id=RUN_ID, tracking_uri=TRACKING_URI,
         platform=platform,
@@ -83,7 +84,7 @@ def _pods(job: dict[str, Any]) -> list[dict[str, Any]]:
     ],
 )
 def test_queued_jobs_are_labelled_and_suspended(
-    resources: dict[str, Any], platform: builders.Platform, queue: str
+    resources: dict[str, Any], platform: Platform, queue: str
 ) -> None:
     exp = _exp(**resources)
     job, eval_job = _pytorchjob(exp, platform), _eval_job(exp, platform)
@@ -119,7 +120,7 @@ def test_priority_class_on_every_trainer_and_evaluation_pod() -> None:
     [("volcano", "volcano"), ("scheduler-plugins", "scheduler-plugins-scheduler")],
 )
 def test_gang_scheduling_of_a_multi_node_job(gang: str, scheduler: str) -> None:
-    platform = builders.Platform(**{**PLATFORM.__dict__, "gang_scheduler": gang})
+    platform = Platform(**{**PLATFORM.__dict__, "gang_scheduler": gang})
     job = _pytorchjob(_exp(priority_class="research-high"), platform)
     policy = job["spec"]["runPolicy"]["schedulingPolicy"]
     assert policy == {"minAvailable": 2, "priorityClass": "research-high"}
@@ -129,7 +130,7 @@ def test_gang_scheduling_of_a_multi_node_job(gang: str, scheduler: str) -> None:
 
 
 def test_one_node_needs_no_gang() -> None:
-    platform = builders.Platform(**{**PLATFORM.__dict__, "gang_scheduler": "volcano"})
+    platform = Platform(**{**PLATFORM.__dict__, "gang_scheduler": "volcano"})
     job = _pytorchjob(_exp(nodes=1), platform)
     assert "schedulingPolicy" not in job["spec"]["runPolicy"]
     assert all("schedulerName" not in p for p in _pods(job))

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sarl_operator import builders
+from sarl_operator import builders, job_pods
 from tests.operators.cases import CASES, IMAGE, NAMESPACE, RUN_ID, TRACKING_URI, experiment_of
 
 _PROBE = """
@@ -53,7 +53,7 @@ def _pod_env(scratch: Path, token: str) -> dict[str, str]:
             assert var["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HF_TOKEN"}
             env["HF_TOKEN"] = token
         elif "value" in var:
-            env[var["name"]] = var["value"].replace(builders.SCRATCH_DIR, str(scratch))
+            env[var["name"]] = var["value"].replace(job_pods.SCRATCH_DIR, str(scratch))
     return env
 
 

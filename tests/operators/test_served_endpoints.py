@@ -24,7 +24,7 @@ from sarl.integrations.cluster import chat_endpoints
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_study
 from sarl.spec.presets import PRESETS
-from sarl_operator import builders, study_builders
+from sarl_operator import builders, served_models, study_builders
 from tests.charts.rendering import INFERENCE, Case, objects_of_kind
 from tests.operators.cases import NAMESPACE, PLATFORM, ROOT, experiment_of
 from tests.operators.kserve_merge import effective_flags
@@ -65,7 +65,7 @@ def _chart_served() -> list[tuple[re.Pattern[str], str]]:
 def _operator_served(isvcs: list[dict[str, Any]]) -> set[tuple[str, str]]:
     """(base URL, model name) of InferenceServices the operator builds."""
     return {
-        (builders.predictor_url(i["metadata"]["name"], NAMESPACE, PLATFORM), _served_name(i))
+        (served_models.predictor_url(i["metadata"]["name"], NAMESPACE, PLATFORM), _served_name(i))
         for i in isvcs
     }
 
@@ -85,7 +85,9 @@ def called_endpoints(exp: Experiment) -> Iterator[tuple[str, str, str]]:
 def unserved(exp: Experiment, shared: list[dict[str, Any]] = ()) -> list[str]:  # type: ignore[assignment]
     """Each endpoint of ``exp`` that neither the operator (its own or its Study's ``shared``
     InferenceServices) nor the sarl-inference chart serves."""
-    operator = _operator_served([*builders.inference_services(exp, NAMESPACE, PLATFORM), *shared])
+    operator = _operator_served(
+        [*served_models.inference_services(exp, NAMESPACE, PLATFORM), *shared]
+    )
     chart = _chart_served()
     out = []
     for field, url, model in called_endpoints(exp):
@@ -139,7 +141,7 @@ def test_paper_presets_let_the_operator_serve_the_embedder() -> None:
     """The presets' embedder has no URL: the operator creates ``<name>-embedding`` for it."""
     for name in (n for n in PRESETS if n.startswith("paper-")):
         exp = experiment_of(_preset_doc(name))
-        (isvc,) = builders.inference_services(exp, NAMESPACE, PLATFORM)
+        (isvc,) = served_models.inference_services(exp, NAMESPACE, PLATFORM)
         assert isvc["metadata"]["name"] == "paper-embedding"
         assert "--model_id=Qwen/Qwen3-Embedding-0.6B" in isvc["spec"]["predictor"]["model"]["args"]
 
@@ -152,7 +154,7 @@ def test_the_charts_embedding_service_is_a_served_url() -> None:
         {"name": "structure", "settings": {"clustering": "kmeans", "embedder": CHART_EMBEDDER}}
     ]
     exp = experiment_of(doc)
-    assert builders.inference_services(exp, NAMESPACE, PLATFORM) == []
+    assert served_models.inference_services(exp, NAMESPACE, PLATFORM) == []
     assert unserved(exp) == []
     old = copy.deepcopy(doc)
     old["spec"]["reward"][0]["settings"]["embedder"] = {

@@ -12,7 +12,7 @@ import pytest
 from sarl.integrations.cluster import check_cluster
 from sarl.spec.loader import load_experiment, load_study
 from sarl.spec.study import Study, StudyRun
-from sarl_operator import builders, experiment_handlers, study_builders
+from sarl_operator import experiment_handlers, served_models, study_builders
 from sarl_operator.study_builders import RunState
 from tests.operators.cases import NAMESPACE
 from tests.operators.study_cases import (
@@ -277,7 +277,7 @@ def test_runs_with_one_served_embedder_share_one_service() -> None:
         embedder = obj["spec"]["reward"][0]["settings"]["embedder"]
         assert (embedder["url"], embedder["model"]) == (model.url, "embedding")
         exp = experiment_handlers.experiment_from_body({**obj, "metadata": {**obj["metadata"]}})
-        assert builders.inference_services(exp, NAMESPACE) == []
+        assert served_models.inference_services(exp, NAMESPACE) == []
 
 
 def test_a_different_serving_spec_is_another_service() -> None:

@@ -20,7 +20,8 @@ import kopf
 import pytest
 import yaml
 
-from sarl_operator import builders, experiment_handlers, status, trainjob
+from sarl_operator import builders, experiment_handlers, job_pods, status, trainjob
+from sarl_operator.platform_settings import Platform
 from tests.charts.rendering import API_SETS, render_templates
 from tests.charts.rendering import PLATFORM as PLATFORM_CHART
 from tests.charts.test_crd import _as_json_schema
@@ -72,7 +73,7 @@ def _experiment(backend: str, nodes: int, gpus: int, **resources: Any) -> Any:
     return experiment_of(doc)
 
 
-def _build(exp: Any, platform: builders.Platform = PLATFORM) -> dict[str, Any]:
+def _build(exp: Any, platform: Platform = PLATFORM) -> dict[str, Any]:
     return trainjob.trainjob(
         exp,
         NAMESPACE,
@@ -121,7 +122,7 @@ def test_trainjob_validates_against_the_upstream_crd(backend: str, nodes: int, g
     assert _errors("trainjobs", job) == []
     trainer = job["spec"]["trainer"]
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (nodes, gpus)
-    assert trainer["command"] == ["python", "-m", builders.TRAINER_MODULES[backend]]
+    assert trainer["command"] == ["python", "-m", job_pods.TRAINER_MODULES[backend]]
 
 
 def test_trainjob_with_every_pod_setting_validates() -> None:

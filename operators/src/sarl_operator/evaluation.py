@@ -16,7 +16,8 @@ from typing import Any, Final
 
 from sarl.integrations.cluster import EVAL_SUFFIX
 from sarl.spec.experiment import Experiment
-from sarl_operator import builders, scheduling
+from sarl_operator import child_meta, job_pods, scheduling
+from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
 
 EVAL_MODULE: Final = "sarl_jobs.evaluate"
 #: The benchmarks ``sarl_jobs.evaluate`` runs on a cluster; others (e.g. heldout) are the
@@ -40,29 +41,29 @@ def eval_job(
     image: str,
     mlflow_run_id: str,
     tracking_uri: str,
-    platform: builders.Platform = builders.DEFAULT_PLATFORM,
+    platform: Platform = DEFAULT_PLATFORM,
 ) -> dict[str, Any]:
     """Job ``<name>-eval``: one pod, 1 GPU (``spec.resources.gpu_resource``) when the trainer
     has GPUs, cpu, memory and scratch disk from ``spec.resources.evaluation``, no retries (a
     failed evaluation is reported as ``Evaluated=False``, and re-running it means deleting the
     Job)."""
-    env = builders.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
+    env = job_pods.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
     pod_res = exp.spec.resources.evaluation
     gpus = 1 if exp.spec.resources.gpus_per_node > 0 else 0
-    resources = builders.pod_resources(exp, pod_res.cpu, pod_res.memory, pod_res.scratch_size, gpus)
-    config_path = f"{builders.CONFIG_DIR}/{builders.CONFIG_FILE}"
+    resources = job_pods.pod_resources(exp, pod_res.cpu, pod_res.memory, pod_res.scratch_size, gpus)
+    config_path = f"{job_pods.CONFIG_DIR}/{job_pods.CONFIG_FILE}"
     container = {
         "name": "evaluate",
         "image": image,
         "command": ["python", "-m", EVAL_MODULE],
         # The checkpoint and its benchmark outputs go to the scratch volume, not the image's /tmp.
-        "args": ["--config", config_path, "--workdir", f"{builders.SCRATCH_DIR}/sarl-eval"],
+        "args": ["--config", config_path, "--workdir", f"{job_pods.SCRATCH_DIR}/sarl-eval"],
         "env": env,
         "resources": resources,
     }
-    pod = {"restartPolicy": "Never", **builders.job_pod(exp, container, pod_res.scratch_size)}
+    pod = {"restartPolicy": "Never", **job_pods.job_pod(exp, container, pod_res.scratch_size)}
     pod.update(scheduling.pod_priority(exp))
-    metadata = builders.meta(exp, eval_name(exp), namespace, "evaluation")
+    metadata = child_meta.meta(exp, eval_name(exp), namespace, "evaluation")
     metadata["labels"].update(scheduling.job_labels(exp, platform))
     spec: dict[str, Any] = {"backoffLimit": 0}
     if scheduling.starts_suspended(exp, platform):  # Kueue unsuspends it on admission
@@ -75,8 +76,8 @@ def eval_job(
             **spec,
             "template": {
                 "metadata": {
-                    "labels": builders.labels(exp, "evaluation"),
-                    "annotations": dict(builders.JOB_POD_ANNOTATIONS),
+                    "labels": child_meta.labels(exp, "evaluation"),
+                    "annotations": dict(job_pods.JOB_POD_ANNOTATIONS),
                 },
                 "spec": pod,
             },

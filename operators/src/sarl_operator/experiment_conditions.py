@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sarl.spec.experiment import Experiment
-from sarl_operator import builders, evaluation, scheduling, trainjob
+from sarl_operator import child_meta, evaluation, scheduling, served_models, trainjob
 from sarl_operator.kube import KubeApi, MissingApiError, controlled_by
+from sarl_operator.platform_settings import Platform
 from sarl_operator.reconcile import PostEvent, Settings, release_owned
 from sarl_operator.status import (
     RELEASED,
@@ -28,7 +29,7 @@ from sarl_operator.status import (
 
 
 def storage_condition(
-    api: KubeApi, exp: Experiment, namespace: str, platform: builders.Platform
+    api: KubeApi, exp: Experiment, namespace: str, platform: Platform
 ) -> dict[str, Any]:
     """``StorageReady`` from the S3 credentials Secret the pods reference in ``namespace``.
 
@@ -101,7 +102,7 @@ def release_inference(
     ``InferenceReady=False`` (:data:`RELEASED`) naming them; None when it serves none."""
     meta = body["metadata"]
     try:
-        services = builders.inference_services(exp, meta["namespace"], settings.platform)
+        services = served_models.inference_services(exp, meta["namespace"], settings.platform)
     except ValueError:
         return None  # an invalid spec: reported Failed by reconcile, nothing was served
     if not services:
@@ -134,7 +135,7 @@ def evaluation_condition(
             tracking_uri=settings.tracking_uri_of(exp),
             platform=settings.platform,
         )
-        api.create(builders.owned(job, meta))
+        api.create(child_meta.owned(job, meta))
     return eval_condition(current)
 
 

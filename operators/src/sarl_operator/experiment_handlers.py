@@ -6,7 +6,7 @@ plumbing it shares with the Study's handlers is :mod:`sarl_operator.reconcile`. 
 create/resume/update of the spec, :func:`reconcile`:
 
 1. validates the spec (chat endpoints the operator serves get their URL first, see
-   :func:`sarl_operator.builders.fill_judge_urls`); invalid → status Failed with a condition
+   :func:`sarl_operator.served_models.fill_judge_urls`); invalid → status Failed with a condition
    naming the field, and ``kopf.PermanentError`` (no retries);
 2. gets the MLflow run (:mod:`sarl_operator.tracking`; reused from ``status.mlflowRunId``, else
    found by its uid tag, else created). MLflow configured but unreachable → ``TrackingReady=False``
@@ -62,7 +62,7 @@ from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_experiment
 from sarl.spec.secrets import redact_text
 from sarl.tracking.describe import run_description, study_run_params
-from sarl_operator import builders, evaluation, scheduling, trainjob
+from sarl_operator import builders, evaluation, job_pods, scheduling, served_models, trainjob
 from sarl_operator.admission import image_violations
 from sarl_operator.experiment_conditions import (
     admission_condition,
@@ -73,6 +73,7 @@ from sarl_operator.experiment_conditions import (
     storage_condition,
 )
 from sarl_operator.kube import ForeignOwnerError, KubeApi, MissingApiError, controlled_by
+from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
 from sarl_operator.reconcile import (
     GROUP,
     VERSION,
@@ -114,7 +115,7 @@ JOB_BUILDERS: Final[Mapping[str, builders.JobBuilder]] = {
 
 
 def experiment_from_body(
-    body: Mapping[str, Any], platform: builders.Platform = builders.DEFAULT_PLATFORM
+    body: Mapping[str, Any], platform: Platform = DEFAULT_PLATFORM
 ) -> Experiment:
     """Validate the custom resource as an Experiment (served chat endpoints filled in first);
     raises SpecError naming the field."""
@@ -122,7 +123,7 @@ def experiment_from_body(
     name, namespace = meta.get("name"), meta.get("namespace")
     spec = dict(body.get("spec") or {})
     if isinstance(name, str) and isinstance(namespace, str):
-        spec = builders.fill_judge_urls(spec, name, namespace, platform)
+        spec = served_models.fill_judge_urls(spec, name, namespace, platform)
     doc = {
         "apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"),
         "kind": body.get("kind", "Experiment"),
@@ -259,7 +260,7 @@ def reconcile(
             raise ValueError("; ".join(refused))
         services = [
             builders.configmap(exp, namespace, platform),
-            *builders.inference_services(exp, namespace, platform),
+            *served_models.inference_services(exp, namespace, platform),
         ]
     except (SpecError, ValueError) as e:
         # kopf logs the message; the status shows it.
@@ -434,7 +435,7 @@ def observed_status(
     return desired_status(
         job,
         generation=meta.get("generation"),
-        checkpoint_uri=builders.checkpoint_uri(exp, meta["namespace"], settings.platform),
+        checkpoint_uri=job_pods.checkpoint_uri(exp, meta["namespace"], settings.platform),
         mlflow_run_url=str(run_url or ""),
         mlflow_run_id=str(run_id or ""),
         progress=progress,

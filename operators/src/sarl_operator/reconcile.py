@@ -23,9 +23,10 @@ from typing import Any, Final, Protocol
 import kopf
 
 from sarl.spec.experiment import Experiment
-from sarl_operator import builders, scheduling
+from sarl_operator import child_meta, job_pods, scheduling
 from sarl_operator.admission import allowed_registries
 from sarl_operator.kube import KubeApi, VersionConflictError, apply, controlled_by
+from sarl_operator.platform_settings import Platform
 from sarl_operator.status import (
     OPERATOR_CONDITIONS,
     RELEASED,
@@ -83,7 +84,7 @@ class Settings:
     trl_image: str = DEFAULT_IMAGES["trl"]
     tracking_uri: str = ""
     ui_url: str = ""
-    platform: builders.Platform = field(default_factory=builders.Platform)
+    platform: Platform = field(default_factory=Platform)
     retry_delay_s: float = WAIT_RETRY_DELAY_S
     #: Image prefixes an Experiment may name (``SARL_ALLOWED_IMAGE_REGISTRIES``); empty: any.
     allowed_registries: tuple[str, ...] = ()
@@ -95,14 +96,14 @@ class Settings:
             trl_image=env.get("SARL_TRL_TRAINER_IMAGE") or DEFAULT_IMAGES["trl"],
             tracking_uri=env.get("SARL_MLFLOW_TRACKING_URI", ""),
             ui_url=env.get("SARL_MLFLOW_UI_URL", ""),
-            platform=builders.Platform.from_env(env),
+            platform=Platform.from_env(env),
             retry_delay_s=_seconds(env, "SARL_RETRY_DELAY_S", WAIT_RETRY_DELAY_S),
             allowed_registries=allowed_registries(env),
         )
 
     def image_of(self, exp: Experiment) -> str:
         """``spec.resources.image``, else the platform's image for the backend."""
-        backend = builders.backend(exp)
+        backend = job_pods.backend(exp)
         return exp.spec.resources.image or (self.trl_image if backend == "trl" else self.verl_image)
 
     def tracking_uri_of(self, exp: Experiment) -> str:
@@ -302,10 +303,10 @@ def apply_owned(
     *,
     create: bool = False,
 ) -> None:
-    """Create or merge-patch ``child`` controlled by the object (:func:`builders.owned`,
+    """Create or merge-patch ``child`` controlled by the object (:func:`child_meta.owned`,
     :func:`~sarl_operator.kube.apply`), or only create it (``create``: the caller read that it
     is missing); a ``Created`` Event when it was created."""
-    owned = builders.owned(child, body["metadata"], kind=owner_kind)
+    owned = child_meta.owned(child, body["metadata"], kind=owner_kind)
     if create:
         api.create(owned)
     elif apply(api, owned) != "created":

@@ -4,8 +4,9 @@ Called by the job builders (``builders.pytorchjob``, ``evaluation.eval_job``, th
 ``trainjob`` builder) for the fields they add to the jobs they build, by ``experiment_handlers``
 for the Experiment's ``Queued`` phase, and by ``experiment_conditions`` for its ``Admitted``
 condition. Nothing here reads the environment or talks to a cluster; ``platform`` is a
-:class:`sarl_operator.builders.Platform` (``default_queue``: the chart's ``kueue.defaultQueue``;
-``gang_scheduler``: its ``gangScheduler``).
+:class:`sarl_operator.platform_settings.Platform` (``default_queue``: the chart's
+``kueue.defaultQueue``; ``gang_scheduler``: its ``gangScheduler``, one of
+:data:`sarl_operator.platform_settings.GANG_SCHEDULERS`).
 
 **Kueue** (v0.19.2). A job with the ``kueue.x-k8s.io/queue-name`` label
 (pkg/controller/constants/constants.go, ``QueueLabel``) is managed by Kueue: it must be created
@@ -49,13 +50,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from sarl.spec.experiment import Experiment
+from sarl_operator.platform_settings import Platform
 from sarl_operator.status import condition
-
-if TYPE_CHECKING:  # builders imports this module: no import cycle at run time
-    from sarl_operator.builders import Platform
 
 #: Kueue's LocalQueue label on a job (pkg/controller/constants, v0.19.2).
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
@@ -67,8 +66,6 @@ WORKLOAD_PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
 #: served too).
 WORKLOAD_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 WORKLOAD_KIND: Final = "Workload"
-#: The values of the chart's ``gangScheduler`` (``SARL_GANG_SCHEDULER``).
-GANG_SCHEDULERS: Final = ("none", "scheduler-plugins", "volcano")
 #: Pod ``schedulerName`` per gang scheduler: scheduler-plugins' chart deploys its second
 #: scheduler as ``scheduler-plugins-scheduler`` (the name the Training Operator docs pass to
 #: ``--gang-scheduler-name``); Volcano's is ``volcano``.

@@ -37,8 +37,9 @@ from sarl.integrations.cluster import MAX_NAME, PREDICTOR_SUFFIX
 from sarl.spec.experiment import API_VERSION, KIND, Experiment, Metadata
 from sarl.spec.secrets import redact
 from sarl.spec.study import LABEL_STUDY, Study, StudyRun
-from sarl_operator import builders, evaluation
+from sarl_operator import child_meta, evaluation, job_pods, served_models
 from sarl_operator.kube import controlled_by
+from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
 
 STUDY_KIND: Final = "Study"
 #: A shared embedding service is ``<study>-emb-<8 hex digits>`` (:func:`shared_name`).
@@ -73,7 +74,7 @@ def labels(study: Study, component: str) -> dict[str, str]:
 
 def owned(obj: Mapping[str, Any], study_meta: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``obj`` controlled by the Study with ``study_meta`` (name, uid)."""
-    return builders.owned(obj, study_meta, kind=STUDY_KIND)
+    return child_meta.owned(obj, study_meta, kind=STUDY_KIND)
 
 
 def experiment_object(run: StudyRun, namespace: str, embedding_url: str = "") -> dict[str, Any]:
@@ -84,7 +85,7 @@ def experiment_object(run: StudyRun, namespace: str, embedding_url: str = "") ->
     exp = run.experiment
     spec = exp.spec.model_dump(mode="json")
     if embedding_url:
-        spec = builders.point_embedders(exp, embedding_url)
+        spec = served_models.point_embedders(exp, embedding_url)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -101,7 +102,7 @@ def experiments(
     study: Study,
     namespace: str,
     parent_run_id: str,
-    platform: builders.Platform = builders.DEFAULT_PLATFORM,
+    platform: Platform = DEFAULT_PLATFORM,
 ) -> list[dict[str, Any]]:
     """Every arm x seed Experiment, in :meth:`Study.runs` order (the order they are created)."""
     urls = embedding_urls(shared_models(study, namespace, platform))
@@ -146,15 +147,15 @@ def shared_name(study: Study, isvc: Mapping[str, Any]) -> str:
 
 
 def shared_models(
-    study: Study, namespace: str, platform: builders.Platform = builders.DEFAULT_PLATFORM
+    study: Study, namespace: str, platform: Platform = DEFAULT_PLATFORM
 ) -> list[SharedModel]:
     """The Study's shared embedding services, in the order their first run comes: each run's
-    ``<run>-embedding`` InferenceService (:func:`builders.embedding_service`), renamed
+    ``<run>-embedding`` InferenceService (:func:`served_models.embedding_service`), renamed
     :func:`shared_name` and labelled as the Study's. Raises ValueError as the builders do."""
     found: dict[str, tuple[dict[str, Any], list[str], bool]] = {}
     for run in study.runs():
         exp = run.experiment
-        isvc = builders.embedding_service(exp, namespace, platform)
+        isvc = served_models.embedding_service(exp, namespace, platform)
         if isvc is None:
             continue
         name = shared_name(study, isvc)
@@ -164,12 +165,12 @@ def shared_models(
             found[name] = (first, [*runs, run.name], keep or never)
             continue
         component = dict(isvc["metadata"]["labels"])
-        component.pop(builders.EXPERIMENT_LABEL, None)
+        component.pop(child_meta.EXPERIMENT_LABEL, None)
         component.update(labels(study, "embedding"))
         isvc["metadata"] = {**isvc["metadata"], "name": name, "labels": component}
         found[name] = (isvc, [run.name], never)
     return [
-        SharedModel(isvc, builders.predictor_url(name, namespace, platform), tuple(runs), keep)
+        SharedModel(isvc, served_models.predictor_url(name, namespace, platform), tuple(runs), keep)
         for name, (isvc, runs, keep) in found.items()
     ]
 
@@ -191,7 +192,7 @@ def needed(model: SharedModel, states: Sequence[RunState]) -> bool:
 def base_experiment(study: Study, namespace: str) -> Experiment:
     """The Study's base spec as an Experiment named after the Study: the report Job's image,
     environment and node placement come from it, as the evaluation Job's from its Experiment
-    (and :func:`builders.config_name` of it is :func:`config_name`)."""
+    (and :func:`child_meta.config_name` of it is :func:`config_name`)."""
     return Experiment(metadata=Metadata(name=study.name, namespace=namespace), spec=study.spec.base)
 
 
@@ -233,7 +234,7 @@ def report_job(
     image: str,
     parent_run_id: str,
     tracking_uri: str,
-    platform: builders.Platform = builders.DEFAULT_PLATFORM,
+    platform: Platform = DEFAULT_PLATFORM,
 ) -> dict[str, Any]:
     """Job ``<study>-report``: ``sarl study report <study> --tracking-uri $MLFLOW_TRACKING_URI
     --out /tmp/report --finish`` on CPU, built like the evaluation Job (same pod builder and
@@ -242,7 +243,7 @@ def report_job(
     (``mlflow artifacts log-artifact``). The report logs itself under ``report/`` of the parent
     run, then closes that run (``--finish``)."""
     base = base_experiment(study, namespace)
-    env = builders.job_env(
+    env = job_pods.job_env(
         base, namespace, parent_run_id, tracking_uri, platform, config_file=STUDY_FILE
     )
     container = {
@@ -261,16 +262,16 @@ def report_job(
             "--finish",  # the Study is over: close its MLflow parent run
         ],
         "env": env,
-        "resources": builders.pod_resources(base, *REPORT_RESOURCES, gpus=0),
+        "resources": job_pods.pod_resources(base, *REPORT_RESOURCES, gpus=0),
     }
-    pod = {"restartPolicy": "Never", **builders.job_pod(base, container, REPORT_RESOURCES[2])}
+    pod = {"restartPolicy": "Never", **job_pods.job_pod(base, container, REPORT_RESOURCES[2])}
     log_spec = {
         "name": "log-study",
         "image": image,
         "command": ["mlflow", "artifacts", "log-artifact"],
         "args": [
             "--local-file",
-            f"{builders.CONFIG_DIR}/{STUDY_FILE}",
+            f"{job_pods.CONFIG_DIR}/{STUDY_FILE}",
             "--artifact-path",
             STUDY_ARTIFACT_DIR,
             "--run-id",
@@ -294,7 +295,7 @@ def report_job(
             "template": {
                 "metadata": {
                     "labels": labels(study, "report"),
-                    "annotations": dict(builders.JOB_POD_ANNOTATIONS),
+                    "annotations": dict(job_pods.JOB_POD_ANNOTATIONS),
                 },
                 "spec": pod,
             },

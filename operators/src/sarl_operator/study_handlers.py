@@ -52,9 +52,10 @@ from sarl.spec.loader import SpecError, load_study
 from sarl.spec.secrets import redact_text
 from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study, StudyRun
 from sarl.tracking.describe import experiment_description, study_description
-from sarl_operator import builders, study_builders, study_status
+from sarl_operator import study_builders, study_status
 from sarl_operator.admission import image_violations
 from sarl_operator.kube import KubeApi, controlled_by
+from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
 from sarl_operator.reconcile import (
     GROUP,
     VERSION,
@@ -92,7 +93,7 @@ class Expansion:
         self.study = study
         self._lock = threading.Lock()
         self._runs: dict[str, tuple[StudyRun, ...]] = {}
-        self._models: dict[tuple[str, builders.Platform], tuple[SharedModel, ...]] = {}
+        self._models: dict[tuple[str, Platform], tuple[SharedModel, ...]] = {}
 
     def runs(self, parent_run_id: str = "") -> list[StudyRun]:
         """:meth:`Study.runs` (a new list of the same runs)."""
@@ -104,9 +105,7 @@ class Expansion:
                 runs = self._runs.setdefault(parent_run_id, runs)
         return list(runs)
 
-    def models(
-        self, namespace: str, platform: builders.Platform = builders.DEFAULT_PLATFORM
-    ) -> list[SharedModel]:
+    def models(self, namespace: str, platform: Platform = DEFAULT_PLATFORM) -> list[SharedModel]:
         """:func:`study_builders.shared_models` (raises ValueError as it does)."""
         key = (namespace, platform)
         with self._lock:

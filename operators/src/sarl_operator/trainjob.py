@@ -19,7 +19,7 @@ secrets, pod labels and annotations) goes in ``spec.runtimePatches``, v2.3.0's p
 override of the runtime's JobSet template (``trainjob_types.go``: ``RuntimePatch``, keyed by a
 domain-prefixed ``manager``, :data:`PATCH_MANAGER`), strategic-merged into the runtime template by
 the Trainer (``pkg/runtime/core/trainingruntime.go``, ``mergeRuntimePatches``). The pod pieces are
-those of :func:`sarl_operator.builders.job_pod`, the PyTorchJob's, so both kinds run the same pod.
+those of :func:`sarl_operator.job_pods.job_pod`, the PyTorchJob's, so both kinds run the same pod.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sarl.spec.experiment import Experiment
-from sarl_operator import builders, scheduling
+from sarl_operator import child_meta, job_pods, scheduling
+from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
 
 API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 KIND: Final = "TrainJob"
@@ -86,7 +87,7 @@ def _runtime_patch(exp: Experiment, pod: dict[str, Any]) -> dict[str, Any]:
         if key in pod:
             pod_patch[key] = pod[key]
     node_template = {
-        "metadata": builders.trainer_pod_metadata(exp),
+        "metadata": job_pods.trainer_pod_metadata(exp),
         "spec": pod_patch,
     }
     replicated_job = {"name": NODE, "template": {"spec": {"template": node_template}}}
@@ -103,7 +104,7 @@ def trainjob(
     image: str,
     mlflow_run_id: str,
     tracking_uri: str,
-    platform: builders.Platform = builders.DEFAULT_PLATFORM,
+    platform: Platform = DEFAULT_PLATFORM,
 ) -> dict[str, Any]:
     """TrainJob ``<name>``: ``nodes`` nodes of ``gpus_per_node`` processes each, with the
     PyTorchJob's container, environment and pod settings (:func:`builders.pytorchjob`), and
@@ -114,8 +115,8 @@ def trainjob(
     refused = cannot_carry(exp)
     if refused:
         raise ValueError(refused)
-    env = builders.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
-    pod = builders.job_pod(exp, builders.trainer_container(exp, NODE, image, env))
+    env = job_pods.job_env(exp, namespace, mlflow_run_id, tracking_uri, platform)
+    pod = job_pods.job_pod(exp, job_pods.trainer_container(exp, NODE, image, env))
     container = pod["containers"][0]
     trainer = {
         "image": container["image"],
@@ -129,7 +130,7 @@ def trainjob(
         "numProcPerNode": max(res.gpus_per_node, 1),
         "resourcesPerNode": container["resources"],
     }
-    metadata = builders.meta(exp, exp.name, namespace, "trainer")
+    metadata = child_meta.meta(exp, exp.name, namespace, "trainer")
     metadata["labels"].update(scheduling.job_labels(exp, platform))
     spec: dict[str, Any] = {
         "runtimeRef": {
@@ -215,7 +216,7 @@ class TrainJobBuilder:
         image: str,
         mlflow_run_id: str,
         tracking_uri: str,
-        platform: builders.Platform,
+        platform: Platform,
     ) -> dict[str, Any]:
         return trainjob(
             exp,
