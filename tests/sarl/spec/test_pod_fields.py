@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sarl.spec import SpecError, load_experiment
-from sarl.spec.experiment import ResourcesSpec
+from sarl.spec.cluster_fields import ResourcesSpec
 
 
 def _exp(spec: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from sarl.spec import SpecError, load_experiment
-from sarl.spec.experiment import EmbeddingServingSpec, JudgeServingSpec, ServingSpec
+from sarl.spec.cluster_fields import EmbeddingServingSpec, JudgeServingSpec, ServingSpec
 
 CHART_VALUES = Path(__file__).resolve().parents[3] / "charts" / "sarl-inference" / "values.yaml"
 

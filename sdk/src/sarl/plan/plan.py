@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict
 from sarl.plan import hours, memory, storage
 from sarl.plan.shapes import ModelShape, shape_of
 from sarl.plan.units import gi_quantity, gib, parse_quantity
-from sarl.spec.experiment import Experiment, ServedModelSpec
+from sarl.spec.cluster_fields import ServedModelSpec
+from sarl.spec.experiment import Experiment
 
 
 class _Frozen(BaseModel):

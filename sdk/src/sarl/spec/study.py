@@ -26,7 +26,6 @@ from sarl.spec.experiment import (
     ExperimentSpec,
     Metadata,
     _explicit,
-    _Strict,
 )
 from sarl.spec.presets import deep_merge
 from sarl.spec.secrets import (
@@ -38,6 +37,7 @@ from sarl.spec.secrets import (
     refuse_secrets,
     scrub_values,
 )
+from sarl.spec.strict import _Strict
 from sarl.spec.suggest import NO_VALUE, hint_for, path, with_hint
 
 STUDY_KIND: Final = "Study"
