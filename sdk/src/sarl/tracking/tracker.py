@@ -4,8 +4,9 @@ Called by the local runner (``sarl run exp.yaml --local``): :func:`preflight` be
 training, then :meth:`Tracker.start` (or :meth:`Tracker.resume` with the run id saved in the
 checkpoint), ``log_metrics`` every step, ``log_image`` for reasoning maps, ``finish`` at the end.
 ``sarl compare`` (:mod:`sarl.tracking.compare`) reads the runs back. Where runs go and the
-preflight live in :mod:`sarl.tracking.store`, params in :mod:`sarl.tracking.params`; their public
-names are re-exported here so callers import tracking from one place. What the MLflow UI shows
+preflight live in :mod:`sarl.tracking.store`, params in :mod:`sarl.tracking.params`, creating the
+experiment and run in :mod:`sarl.tracking.run_setup`; the public names of store and params
+are re-exported here so callers import tracking from one place. What the MLflow UI shows
 of them (the experiment kind "model training", descriptions, a Study run's ``arm``/``seed``
 params) is decided in :mod:`sarl.tracking.describe`.
 
@@ -45,15 +46,15 @@ import math
 import re
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from sarl.spec.secrets import redact
 from sarl.tracking import describe
-from sarl.tracking.describe import NOTE_TAG, experiment_tags, missing_experiment_tags
+from sarl.tracking.describe import NOTE_TAG
 from sarl.tracking.drainer import Drainer, DrainSettings
 from sarl.tracking.params import (
     MAX_METRICS_PER_BATCH,
@@ -62,6 +63,7 @@ from sarl.tracking.params import (
     flatten_params,
     param_value,
 )
+from sarl.tracking.run_setup import ensure_experiment, log_params
 from sarl.tracking.spool import Spool
 from sarl.tracking.store import (
     HTTP_ENV_DEFAULTS,
@@ -94,65 +96,6 @@ DEFAULT_SPOOL_ROOT = Path(".sarl") / "spool"
 ABORT_WAIT_S = 10.0
 # MLflow's metric/param name alphabet on POSIX (validate_param_and_metric_name).
 _VALID_NAME = re.compile(r"^[/\w.\- :]*$")
-_T = TypeVar("_T")
-
-
-def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def _ensure_experiment(client: MlflowClient, uri: str, name: str, description: str) -> str:
-    """The id of experiment ``name``, created (with a local artifact folder for SQLite) if new.
-
-    sarl's experiment tags (:func:`~sarl.tracking.describe.experiment_tags`: kind "model
-    training" and ``description``) are set on creation, and added to an existing experiment
-    that lacks them (one made by an older sarl or by hand) without replacing its own."""
-    experiment = guarded(
-        uri, f"looking up experiment {name!r}", lambda: client.get_experiment_by_name(name)
-    )
-    if experiment is None:
-        try:
-            return str(
-                client.create_experiment(
-                    name,
-                    artifact_location=local_artifact_location(uri),
-                    tags=redact(experiment_tags(description)),
-                )
-            )
-        except Exception as e:
-            if error_code(e) != "RESOURCE_ALREADY_EXISTS":
-                raise TrackingError(
-                    f"tracking: creating experiment {name!r} at {uri} failed: {one_line(e)}"
-                ) from e
-        # Another process created it between our lookup and create: use theirs.
-        experiment = guarded(
-            uri, f"looking up experiment {name!r}", lambda: client.get_experiment_by_name(name)
-        )
-        if experiment is None:
-            raise TrackingError(
-                f"tracking: experiment {name!r} at {uri} vanished while creating it"
-            )
-    if experiment.lifecycle_stage == "deleted":
-        raise TrackingError(
-            f"tracking: experiment {name!r} at {uri} is deleted; restore it "
-            "(mlflow experiments restore) or choose another tracking.experiment_name"
-        )
-    _add_experiment_tags(client, str(experiment.experiment_id), experiment.tags, description)
-    return str(experiment.experiment_id)
-
-
-def _add_experiment_tags(
-    client: MlflowClient, experiment_id: str, existing: Mapping[str, str], description: str
-) -> None:
-    """Best effort: a server that lets this user log runs but not edit the experiment (MLflow's
-    auth has per-experiment permissions) must not stop training for a label."""
-    for key, value in redact(missing_experiment_tags(existing, description)).items():
-        try:
-            client.set_experiment_tag(experiment_id, key, value)
-        except Exception as e:
-            _LOG.warning("tracking: could not tag experiment %s %s: %s", experiment_id, key, e)
-            return
 
 
 def _check_metric_name(key: str) -> None:
@@ -228,7 +171,7 @@ class Tracker:
         bound_http_retries()
         client = make_client(uri)
         about = experiment_description or describe.experiment_description(experiment_name)
-        experiment_id = _ensure_experiment(client, uri, experiment_name, about)
+        experiment_id = ensure_experiment(client, uri, experiment_name, about)
         run_tags = {**({NOTE_TAG: description} if description else {}), **(tags or {})}
         run = guarded(
             uri,
@@ -237,7 +180,7 @@ class Tracker:
         )
         run_id = run.info.run_id
         try:
-            _log_params(client, uri, run_id, params or {})
+            log_params(client, uri, run_id, params or {})
         except TrackingError:
             _terminate_quietly(client, run_id, "FAILED")
             raise
@@ -512,18 +455,6 @@ class Tracker:
             self.finish(status, wait_s=min(ABORT_WAIT_S, self._drainer.settings.finish_wait_s))
         except TrackingError as e:  # the training error matters more; keep it
             _LOG.warning("could not close run %s cleanly: %s", self._run_id, e)
-
-
-def _log_params(client: MlflowClient, uri: str, run_id: str, params: Mapping[str, str]) -> None:
-    from mlflow.entities import Param
-
-    items = [Param(k, param_value(v)) for k, v in redact(params).items()]
-    for batch in _chunks(items, MAX_PARAMS_TAGS_PER_BATCH):
-        guarded(
-            uri,
-            f"logging params of run {run_id}",
-            partial(client.log_batch, run_id, params=list(batch)),
-        )
 
 
 def _terminate_quietly(client: MlflowClient, run_id: str, status: RunStatus) -> None:
