@@ -11,6 +11,7 @@ import pytest
 
 from sarl.rewards.base import Sample
 from sarl.rewards.baselines import math_verify as mv
+from sarl.rewards.baselines import math_verify_pool as mvp
 from sarl.rewards.registry import RewardConfigError, create_reward, get_reward_class
 
 # A stand-in worker speaking the protocol: sleeps for the "prediction" seconds, then answers 1
@@ -37,9 +38,9 @@ HOSTILE = "\\boxed{2^{2^{2^{2^{2^{2}}}}}}"
 
 def sleepy_pool(
     workers: int = 1, timeout: float = 0.5, script: str = SLEEPY
-) -> mv.BoundedProcessPool:
+) -> mvp.BoundedProcessPool:
     # The stand-in has no timer of its own: the pool's kill at the timeout is what stops it.
-    return mv.BoundedProcessPool(
+    return mvp.BoundedProcessPool(
         workers, timeout, 30.0, command=[sys.executable, "-c", script], kill_margin_seconds=0.0
     )
 
@@ -55,7 +56,7 @@ def test_registered_with_ground_truth_settings() -> None:
 def test_a_call_past_the_deadline_times_out_and_its_worker_is_replaced() -> None:
     pool = sleepy_pool()
     try:
-        assert pool.map([("0.01", ""), ("5", ""), ("0.01", "")]) == [1, mv.TIMED_OUT, 1]
+        assert pool.map([("0.01", ""), ("5", ""), ("0.01", "")]) == [1, mvp.TIMED_OUT, 1]
         assert (pool.timeouts, pool.restarts) == (1, 1)
     finally:
         pool.close()
@@ -64,7 +65,7 @@ def test_a_call_past_the_deadline_times_out_and_its_worker_is_replaced() -> None
 def test_a_dead_worker_counts_as_timed_out_without_waiting() -> None:
     pool = sleepy_pool(timeout=10.0)
     try:
-        assert pool.map([("-1", ""), ("0", "")]) == [mv.TIMED_OUT, 1]
+        assert pool.map([("-1", ""), ("0", "")]) == [mvp.TIMED_OUT, 1]
         assert pool.restarts == 1
     finally:
         pool.close()
@@ -73,8 +74,8 @@ def test_a_dead_worker_counts_as_timed_out_without_waiting() -> None:
 def test_start_up_is_not_charged_to_a_call() -> None:
     pool = sleepy_pool(timeout=0.5, script=PID_WORKER)  # workers take 1 s to say "ready"
     try:
-        assert pool.map([("0.2", "")]) != [mv.TIMED_OUT]  # its 0.5 s start once it is ready
-        assert pool.map([("3", "")]) == [mv.TIMED_OUT]
+        assert pool.map([("0.2", "")]) != [mvp.TIMED_OUT]  # its 0.5 s start once it is ready
+        assert pool.map([("3", "")]) == [mvp.TIMED_OUT]
     finally:
         pool.close()
 
@@ -88,7 +89,7 @@ def test_a_timed_out_call_is_replaced_by_a_spare_already_running() -> None:
         [first] = pool.map([("0", "")])
         spare = set(pool.pids()) - {first}
         assert len(spare) == 1  # started with the first worker
-        assert pool.map([("5", "")]) == [mv.TIMED_OUT]
+        assert pool.map([("5", "")]) == [mvp.TIMED_OUT]
         assert pool.map([("0", "")]) == list(spare)
         assert first not in pool.pids() and len(pool.pids()) == 2  # killed; a new spare
     finally:
@@ -98,7 +99,7 @@ def test_a_timed_out_call_is_replaced_by_a_spare_already_running() -> None:
 def test_concurrent_maps_share_the_warm_workers() -> None:
     pool = sleepy_pool(timeout=5.0, script=PID_WORKER)
     try:
-        answers: list[int | mv.TimedOut] = []
+        answers: list[int | mvp.TimedOut] = []
         threads = [
             threading.Thread(target=lambda: answers.extend(pool.map([("0.1", "")] * 2)))
             for _ in range(3)
@@ -110,7 +111,7 @@ def test_concurrent_maps_share_the_warm_workers() -> None:
         assert len(answers) == 6 and len(set(answers)) == 1  # one worker served all six
     finally:
         pool.close()
-    assert mv.shared_pool(1, 60.0) is mv.shared_pool(1, 60.0)
+    assert mvp.shared_pool(1, 60.0) is mvp.shared_pool(1, 60.0)
 
 
 def test_cancel_kills_the_worker_of_a_running_call() -> None:
@@ -118,7 +119,7 @@ def test_cancel_kills_the_worker_of_a_running_call() -> None:
     cancel = threading.Event()
     try:
         [worker] = pool.map([("0", "")])
-        answers: list[int | mv.TimedOut] = []
+        answers: list[int | mvp.TimedOut] = []
         thread = threading.Thread(
             target=lambda: answers.extend(pool.map([("600", "")] * 3, cancel=cancel))
         )
@@ -126,7 +127,7 @@ def test_cancel_kills_the_worker_of_a_running_call() -> None:
         _wait_for(lambda: worker not in pool.pids())  # idle workers are listed, busy ones not
         cancel.set()
         thread.join(60)
-        assert not thread.is_alive() and answers == [mv.TIMED_OUT] * 3
+        assert not thread.is_alive() and answers == [mvp.TIMED_OUT] * 3
         assert not _alive(worker)  # killed, not left to sleep for 600 s
         assert pool.timeouts == 0  # cancelled calls are not timeouts
     finally:
