@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from sarl.rewards.structure import StructureRewardConfig
 from sarl.rewards.structure.clustering import (
-    _safe_scale,
     canonical_labels,
     cluster_steps,
     hdbscan_labels,
@@ -21,8 +20,8 @@ from sarl.rewards.structure.clustering import (
     kmeans_k,
     kmeans_labels,
     resolve_noise,
-    unit_grams,
 )
+from sarl.rewards.structure.grams import _safe_scale, unit_grams
 
 KMEANS = StructureRewardConfig()
 HDBSCAN = StructureRewardConfig(clustering="hdbscan")

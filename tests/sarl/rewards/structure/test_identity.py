@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sarl.rewards.structure import StructureRewardConfig, clustering
-from sarl.rewards.structure.clustering import canonical_labels, kmeans_bucket, unit_grams
+from sarl.rewards.structure.clustering import canonical_labels, kmeans_bucket
+from sarl.rewards.structure.grams import unit_grams
 from sarl.rewards.structure.graph import (
     average_path_length,
     build_map,
