@@ -36,6 +36,9 @@ _QUANTITY: Final = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|
 _QUANTITY_SCHEMA: Final[dict[str, Any]] = {"pattern": _QUANTITY.pattern}
 #: A Knative Serving feature flag that gates a pod-spec or container-spec field.
 _KNATIVE_FLAG: Final = re.compile(r"^kubernetes\.(podspec|containerspec)-[a-z-]+$")
+#: vLLM's and KServe's flag (dashes and underscores alike, ``=true`` or bare) that runs the code
+#: a model repository ships: a tenant's spec never enables it (issue 36, item 7).
+_TRUST_REMOTE_CODE: Final = "--trust-remote-code"
 #: Flags the operator writes on a served model's command line, dashes and underscores alike (vLLM's
 #: parser treats them as one); ``extra_args`` must not repeat them, or the last one would win.
 _MANAGED_FLAGS: Final = frozenset(
@@ -348,6 +351,12 @@ class ServedModelSpec(_Strict):
     def _not_managed(cls, v: list[str]) -> list[str]:
         for arg in v:
             flag = arg.split("=", 1)[0]
+            if flag.replace("_", "-") == _TRUST_REMOTE_CODE:
+                raise ValueError(
+                    f"{arg!r}: --trust-remote-code runs Python from the model's repository "
+                    "inside the cluster; a spec may not turn it on. Serve a model whose "
+                    "architecture vLLM ships, or have the platform team serve it"
+                )
             if flag.startswith("-") and flag.replace("_", "-") in _MANAGED_FLAGS:
                 raise ValueError(
                     f"{arg!r}: the operator sets {flag} itself (from the reward's model, "
