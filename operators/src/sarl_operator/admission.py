@@ -1,5 +1,6 @@
 """Admission checks of Experiments and Studies: which trainer images they may run, and (through
-:mod:`sarl_operator.admission_plan`) whether their resource plan fits.
+:mod:`sarl_operator.admission_plan`) whether their spec is valid on this platform (rewards by
+registered or allow-listed name, never imported) and their resource plan fits.
 
 ``spec.resources.image`` lets whoever can create an Experiment run any image with the trainer's
 service account and the platform's S3 credentials, so a platform can restrict images to a list
@@ -39,8 +40,10 @@ from typing import Any, Final
 import kopf
 
 from sarl.plan import store_capacity_from_env
+from sarl.rewards.cluster_names import allowed_reward_modules
 from sarl.spec.secrets import redact_text
-from sarl_operator.admission_plan import plan_violation
+from sarl_operator.admission_plan import spec_violation
+from sarl_operator.tenant_specs import as_spec_error, for_cluster
 
 GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
@@ -236,9 +239,10 @@ def new_image_violations(
 @kopf.on.validate(GROUP, VERSION, "experiments", id=WEBHOOK_ID)
 @kopf.on.validate(GROUP, VERSION, "studies", id=WEBHOOK_ID)
 async def validate_images(body: kopf.Body, **kwargs: Any) -> None:
-    """Refuse a CREATE or UPDATE that sets an image outside the allow-list (422, the message
-    naming each field). ``operation`` and ``old`` (the object before an UPDATE) come in
-    ``kwargs``: kopf's handler protocol lists neither.
+    """Refuse a CREATE or UPDATE that sets an image outside the allow-list, or whose spec is
+    invalid or does not fit (:func:`refusal`; 422, the message naming each field); whatever
+    checking it raises is a refusal, never the operator's end. ``operation`` and ``old`` (the
+    object before an UPDATE) come in ``kwargs``: kopf's handler protocol lists neither.
 
     Async on purpose: kopf runs sync handlers in its thread pool, where the operator's own sync
     handlers may all be waiting on API calls that this webhook must answer (a Study creating its
@@ -246,14 +250,28 @@ async def validate_images(body: kopf.Body, **kwargs: Any) -> None:
     operation, old = kwargs.get("operation"), kwargs.get("old")
     if operation not in ("CREATE", "UPDATE"):
         return
-    allowed = allowed_registries(os.environ)
+    try:
+        refused = refusal(body, operation, old, os.environ)
+    except BaseException as e:  # any: the webhook answers for every team (STOPS pass)
+        refused = str(as_spec_error(e))
+    if refused:
+        raise kopf.AdmissionError(refused, code=DENIED_CODE)
+
+
+def refusal(
+    body: Mapping[str, Any], operation: str, old: Mapping[str, Any] | None, env: Mapping[str, str]
+) -> str | None:
+    """Why the webhook refuses this CREATE or UPDATE, or None. The spec is validated for the
+    cluster (:func:`~sarl_operator.tenant_specs.for_cluster`: no module it names is imported),
+    only on CREATE or when an UPDATE changes it."""
+    allowed = allowed_registries(env)
     found = new_image_violations(body, old if operation == "UPDATE" else None, allowed)
     if found:
-        raise kopf.AdmissionError("; ".join(found), code=DENIED_CODE)
+        return "; ".join(found)
     if operation == "CREATE" or (old is not None and old.get("spec") != body.get("spec")):
-        unfit = plan_violation(body, store_capacity_from_env(os.environ))
-        if unfit:
-            raise kopf.AdmissionError(unfit, code=DENIED_CODE)
+        with for_cluster(env):
+            return spec_violation(body, store_capacity_from_env(env))
+    return None
 
 
 class IdleWebhookServer:
@@ -282,8 +300,9 @@ def webhook_server(env: Mapping[str, str]) -> kopf.WebhookServer | IdleWebhookSe
 
 @kopf.on.startup()
 def configure_webhook_server(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Serve the webhook (or idle) and check the allow-list once, so a typo in it stops the
-    operator at startup instead of refusing every request."""
+    """Serve the webhook (or idle) and check the allow-lists (images, reward modules) once, so
+    a typo in one stops the operator at startup instead of refusing every request."""
     allowed_registries(os.environ)
+    allowed_reward_modules(os.environ)
     settings.admission.server = webhook_server(os.environ)
     # settings.admission.managed stays None: the chart renders the ValidatingWebhookConfiguration

@@ -1,10 +1,11 @@
-"""The admission webhook's resource-plan check: refuse an Experiment or Study that would not fit.
+"""The admission webhook's spec check: refuse an Experiment or Study that is invalid or would not
+fit.
 
-Called by :func:`sarl_operator.admission.validate_images` (the one validating webhook the chart
+Called by :func:`sarl_operator.admission.refusal` (the one validating webhook the chart
 registers) on CREATE, and on an UPDATE that changes the spec (an UPDATE of metadata alone, such
-as kopf removing its finalizer, must pass whatever the spec says). Only the plan is judged here:
-a spec that does not validate passes, and the reconcile handler fails it with its full message
-(:mod:`sarl_operator.experiment_handlers`, :mod:`sarl_operator.study_handlers`). The checks are
+as kopf removing its finalizer, must pass whatever the spec says). A spec that does not validate
+is refused with the loader's message (the reconcile handlers would fail it with the same,
+:mod:`sarl_operator.experiment_handlers`, :mod:`sarl_operator.study_handlers`). The checks are
 :func:`sarl.plan.check_plan` / :func:`sarl.plan.check_study_plan`, the same the operator and
 ``sarl submit`` run, with the platform store's room from ``SARL_STORE_CAPACITY``.
 """
@@ -16,7 +17,8 @@ from typing import Any, Final
 
 from sarl.integrations.cluster import fill_chat_urls
 from sarl.plan import check_plan, check_study_plan
-from sarl.spec.loader import SpecError, load_study, validate_document
+from sarl.spec.loader import load_study, validate_document
+from sarl.spec.secrets import redact_text
 from sarl.spec.study import STUDY_KIND
 
 #: Stands in for the URL of a chat endpoint the operator serves, so such a spec validates.
@@ -34,18 +36,20 @@ def _document(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def plan_violation(body: Mapping[str, Any], store_capacity: int | None) -> str | None:
-    """Why ``body``'s plan does not fit, or None (it fits, or the spec is invalid: reconcile's
-    to report)."""
+def spec_violation(body: Mapping[str, Any], store_capacity: int | None) -> str | None:
+    """Why ``body``'s spec is invalid (the loader's message, naming the field) or its plan does
+    not fit, or None. Run by the webhook within
+    :func:`~sarl_operator.tenant_specs.for_cluster`, so a reward is a registered or
+    allow-listed name, never imported."""
     doc = _document(body)
     try:
         if doc["kind"] == STUDY_KIND:
             study = load_study(doc)
             runs = [(f"{r.arm}, seed {r.seed}", r.experiment) for r in study.runs()]
         else:
-            study, runs = None, [("", validate_document(doc, "admission"))]
-    except (SpecError, ValueError, TypeError):
-        return None
+            study, runs = None, [("", validate_document(doc))]
+    except ValueError as e:  # SpecError, or a Study's runs that do not expand
+        return redact_text(str(e))
     try:
         if study is not None:  # the Study's total first: it is what the store must hold
             check_study_plan(study, store_capacity)

@@ -89,6 +89,7 @@ from sarl_operator.reconcile import (
     write_fresh_status,
 )
 from sarl_operator.status import condition, desired_status, job_phase, run_ended
+from sarl_operator.tenant_specs import as_spec_error
 from sarl_operator.tracking import MlflowTracking, Progress, RunRef, TrackingError
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,10 @@ def experiment_from_body(
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
-    return load_experiment(doc)
+    try:
+        return load_experiment(doc)
+    except BaseException as e:  # any: the timer and reconcile see a SpecError (STOPS pass)
+        raise as_spec_error(e) from e
 
 
 def ensure_tracking(
@@ -262,9 +266,9 @@ def reconcile(
             builders.configmap(exp, namespace, platform),
             *served_models.inference_services(exp, namespace, platform),
         ]
-    except (SpecError, ValueError) as e:
+    except BaseException as e:  # any: a tenant's spec never stops the operator (STOPS pass)
         # kopf logs the message; the status shows it.
-        raise fail(body, patch, post_event, redact_text(str(e))) from e
+        raise fail(body, patch, post_event, str(as_spec_error(e))) from e
     ready = condition("Ready", "True", "SpecValid")
     kind = choose_job_kind(api, exp, body)
     builder = JOB_BUILDERS[kind]

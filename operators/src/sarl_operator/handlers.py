@@ -30,6 +30,7 @@ from sarl_operator import (
     admission,  # noqa: F401  (registers the webhook handlers)
     experiment_handlers,
     study_handlers,
+    tenant_specs,
 )
 from sarl_operator.kube import DynamicKubeApi, KubeApi
 from sarl_operator.reconcile import GROUP, VERSION, PostEvent, Settings, status_interval_s
@@ -63,7 +64,20 @@ class _Work(Protocol):
 
 
 def _run(work: _Work, body: kopf.Body, patch: kopf.Patch) -> None:
-    work(body, patch, cluster_api(), settings=Settings.from_env(os.environ), post_event=_kopf_event)
+    """``work`` on a tenant's object: its spec validated for the cluster (no module it names is
+    imported, :func:`~sarl_operator.tenant_specs.for_cluster`). The kinds' modules fail the
+    object for what validating its spec raises; whatever else is not an Exception (kopf handles
+    those: logged, retried) stops only this object here, never the operator's event loop."""
+    settings = Settings.from_env(os.environ)
+    try:
+        with tenant_specs.for_cluster(os.environ):
+            work(body, patch, cluster_api(), settings=settings, post_event=_kopf_event)
+    except Exception:
+        raise
+    except tenant_specs.STOPS:
+        raise
+    except BaseException as e:  # SystemExit and the like, raised by what a spec made us run
+        raise kopf.PermanentError(f"stopped by {type(e).__name__}; not retried") from e
 
 
 # kopf fixes a timer's interval when the decorator runs, so this one setting is read at import.

@@ -49,7 +49,6 @@ from sarl.integrations.cluster import check_cluster
 from sarl.plan import check_plan, check_study_plan, store_capacity_from_env
 from sarl.spec.experiment import API_VERSION, KIND
 from sarl.spec.loader import SpecError, load_study
-from sarl.spec.secrets import redact_text
 from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study, StudyRun
 from sarl.tracking.describe import experiment_description, study_description
 from sarl_operator import study_builders, study_status
@@ -73,6 +72,7 @@ from sarl_operator.reconcile import (
 )
 from sarl_operator.status import RELEASED, condition, isvc_ready, serving_condition
 from sarl_operator.study_builders import RunState, SharedModel
+from sarl_operator.tenant_specs import as_spec_error
 from sarl_operator.tracking import MlflowTracking, RunRef, TrackingError
 
 PLURAL: Final = "studies"
@@ -193,9 +193,9 @@ def study_from_body(body: Mapping[str, Any]) -> Study:
     if known is None:
         try:
             known = _remember(key, _validate(doc, str(meta.get("namespace") or "default")))
-        except SpecError as e:
-            _remember(key, e)
-            raise
+        except BaseException as e:  # any: remembered as the SpecError reported (STOPS pass)
+            _remember(key, refused := as_spec_error(e))
+            raise refused from e
     if isinstance(known, SpecError):
         raise SpecError(str(known))
     return known.study
@@ -431,9 +431,9 @@ def reconcile(
         refused = image_violations(body, settings.allowed_registries)
         if refused:
             raise ValueError("; ".join(refused))
-    except (SpecError, ValueError) as e:
+    except BaseException as e:  # any: a tenant's spec never stops the operator (STOPS pass)
         # kopf logs the message; the status shows it.
-        raise fail(body, patch, post_event, redact_text(str(e)), watched=WATCHED) from e
+        raise fail(body, patch, post_event, str(as_spec_error(e)), watched=WATCHED) from e
     # MLflow down: the last parent run of the status, and only read (nothing is created
     # without its parent run); else the run just got, and the next runs created.
     synced = functools.partial(

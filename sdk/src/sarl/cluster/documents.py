@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from sarl.rewards.cluster_names import validating_for_cluster
 from sarl.spec.experiment import API_VERSION, KIND, Experiment
 from sarl.spec.loader import SpecError, load_document, load_study, validate_document
 from sarl.spec.study import STUDY_KIND, Study, is_study_document
@@ -30,7 +31,14 @@ def load_for_cluster(source: ExperimentSource) -> tuple[Experiment, dict[str, An
     with the spec to store. Chat endpoints given with a model and no URL count as served by the
     operator (validated with a stand-in URL, stored without one so the operator fills in its
     own), and the chosen trainer must accept the spec
-    (:func:`sarl.integrations.cluster.check_cluster`)."""
+    (:func:`sarl.integrations.cluster.check_cluster`). A dotted reward name is not imported
+    (:func:`~sarl.rewards.cluster_names.validating_for_cluster`): the platform's allow-list,
+    which the operator and its webhook hold, decides."""
+    with validating_for_cluster(None):
+        return _load_for_cluster(source)
+
+
+def _load_for_cluster(source: ExperimentSource) -> tuple[Experiment, dict[str, Any]]:
     from sarl.integrations.cluster import chat_endpoints, check_cluster, fill_chat_urls
     from sarl.plan import check_plan
 
@@ -61,6 +69,11 @@ def load_study_for_cluster(source: StudySource) -> tuple[Study, dict[str, Any]]:
     with the checks of :func:`load_for_cluster` (the same ``check_cluster`` the Experiment
     submit path and the operator run), an error naming the arm and seed. Chat endpoints the
     operator would serve (a model without URL) are not supported in a Study: name their URL."""
+    with validating_for_cluster(None):
+        return _load_study_for_cluster(source)
+
+
+def _load_study_for_cluster(source: StudySource) -> tuple[Study, dict[str, Any]]:
     study = load_study(source)
     arms = [arm.name for arm in study.spec.arms]
     for run in study.runs():

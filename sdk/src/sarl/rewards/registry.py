@@ -2,7 +2,9 @@
 
 Called by the Experiment spec validation, the CLI and the adapters: ``create_reward("structure",
 {...})``. Built-in rewards register on first lookup (no import-time side effects elsewhere); a
-dotted path ``package.module:ClassName`` is the escape hatch for user rewards and is checked here.
+dotted path ``package.module:ClassName`` is the escape hatch for user rewards and is checked here:
+imported in the user's own process, never in a validation for a cluster
+(:mod:`sarl.rewards.cluster_names`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from sarl.rewards import cluster_names
 from sarl.rewards.base import Reward
 
 _REGISTRY: dict[str, type[Reward]] = {}
@@ -113,6 +116,9 @@ def get_reward_class(name: str) -> type[Reward]:
         importlib.import_module(_BUILTINS[name])
         return _REGISTRY[name]
     if ":" in name:
+        rules = cluster_names.active_rules()
+        if rules is not None:  # a tenant's spec: never import what it names
+            return _cluster_dotted(name, rules)
         return _load_dotted(name)
     from sarl.spec.suggest import did_you_mean  # imported here: sarl.spec imports this module
 
@@ -124,6 +130,14 @@ def get_reward_class(name: str) -> type[Reward]:
         value=name,
         detail=f"unknown reward; {hint}",
     )
+
+
+def _cluster_dotted(name: str, rules: cluster_names.ClusterRewards) -> type[Reward]:
+    """A dotted name validated for a cluster: its stand-in (not imported), or refused."""
+    refused = cluster_names.refusal(name, rules)
+    if refused is not None:
+        raise RewardConfigError(f"reward: {refused}", field=("name",), value=name, detail=refused)
+    return cluster_names.stand_in(name)
 
 
 def _load_dotted(path: str) -> type[Reward]:
