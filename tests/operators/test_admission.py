@@ -634,8 +634,8 @@ def test_plan_updates_pass_unless_the_spec_changes(
     assert _post(operator, chart, _review(changed, "UPDATE", old))["allowed"] is False
 
 
-def test_plan_violation_checks_the_store_and_leaves_invalid_specs_to_reconcile() -> None:
-    from sarl_operator.admission_plan import plan_violation
+def test_spec_violation_checks_the_store_and_refuses_invalid_specs() -> None:
+    from sarl_operator.admission_plan import spec_violation
 
     paper_study = load_study(
         Path(__file__).resolve().parents[2] / "examples/studies/sarl-math.yaml"
@@ -646,10 +646,11 @@ def test_plan_violation_checks_the_store_and_leaves_invalid_specs_to_reconcile()
         "metadata": {"name": "sarl-math", "namespace": "team-a"},
         "spec": paper_study.spec.model_dump(mode="json", exclude_unset=True),
     }
-    refused = plan_violation(body, 20 * 2**30)
+    refused = spec_violation(body, 20 * 2**30)
     assert refused is not None and "spec.base.storage.checkpoint_uri" in refused
     assert "has 20.0 GiB" in refused
-    assert plan_violation(body, 8 * 2**40) is None
+    assert spec_violation(body, 8 * 2**40) is None
     broken = experiment()
     broken["spec"]["algorithm"] = {"name": "no-such-algorithm"}
-    assert plan_violation(broken, 1) is None  # reconcile reports the invalid field
+    refused = spec_violation(broken, 1)  # the field the reconcile handler would report
+    assert refused is not None and refused.startswith("spec.algorithm.name=")
