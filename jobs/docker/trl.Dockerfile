@@ -25,7 +25,9 @@ COPY jobs/src jobs/src
 # The embedder extra lets structure rewards run in-process when no embedding service is given.
 RUN pip install "./sdk[trl,local,math,embed]" "./jobs[trl]"
 
-RUN useradd --create-home --uid 10001 sarl
-USER 10001
+# A numeric user and group (10001) the pods name in their securityContext (runAsNonRoot needs a
+# numeric user: sarl_operator.pod_security.SARL_UID, the charts' runAsUser).
+RUN groupadd --gid 10001 sarl && useradd --create-home --uid 10001 --gid 10001 sarl
+USER 10001:10001
 ENTRYPOINT ["python", "-m"]
 CMD ["sarl_jobs.trl_trainer", "/etc/sarl/experiment.yaml"]

@@ -30,7 +30,9 @@ COPY jobs/src jobs/src
 RUN pip install "verl==0.9.1" "transformers==5.9.0" "./sdk[verl,local,math]" "./jobs[verl]"
 
 # Ray (rank 0 head, other ranks workers) and the trainer run as this user.
-RUN useradd --create-home --uid 10001 sarl
-USER 10001
+# A numeric user and group (10001) the pods name in their securityContext (runAsNonRoot needs a
+# numeric user: sarl_operator.pod_security.SARL_UID, the charts' runAsUser).
+RUN groupadd --gid 10001 sarl && useradd --create-home --uid 10001 --gid 10001 sarl
+USER 10001:10001
 ENTRYPOINT ["python", "-m"]
 CMD ["sarl_jobs.verl_trainer", "/etc/sarl/experiment.yaml"]

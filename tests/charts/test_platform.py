@@ -170,4 +170,5 @@ def test_namespaced_operator() -> None:
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args and "--debug" in args
     volumes = _by_component(case, "Deployment", "mlflow")["spec"]["template"]["spec"]["volumes"]
-    assert volumes == [{"name": "data", "emptyDir": {}}]
+    # The SQLite volume is an emptyDir without persistence; "home" is MLflow's HOME (non-root).
+    assert volumes == [{"name": "home", "emptyDir": {}}, {"name": "data", "emptyDir": {}}]

@@ -173,8 +173,13 @@ def test_trainjob_runs_the_pytorchjob_pod(backend: str, nodes: int, gpus: int) -
     node = _node_patch(job)
     assert node["metadata"] == master["metadata"]
     assert node["spec"]["volumes"] == master["spec"]["volumes"]
+    assert node["spec"]["securityContext"] == master["spec"]["securityContext"]
     assert node["spec"]["containers"] == [
-        {"name": trainjob.NODE, "volumeMounts": container["volumeMounts"]}
+        {
+            "name": trainjob.NODE,
+            "volumeMounts": container["volumeMounts"],
+            "securityContext": container["securityContext"],
+        }
     ]
     assert job["metadata"]["name"] == exp.name
     assert job["spec"]["runtimeRef"] == {

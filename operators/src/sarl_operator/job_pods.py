@@ -17,7 +17,7 @@ from typing import Any, Final
 from sarl.spec.cluster_fields import GPU_RESOURCE as DEFAULT_GPU_RESOURCE
 from sarl.spec.cluster_fields import SecretKeyRef
 from sarl.spec.experiment import Experiment
-from sarl_operator import model_sources
+from sarl_operator import model_sources, pod_security
 from sarl_operator.child_meta import config_name, labels
 from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
 
@@ -112,9 +112,14 @@ def scratch_env() -> list[dict[str, Any]]:
     """Environment that puts every pod's temporary files and caches on the scratch volume
     mounted at :data:`SCRATCH_DIR`: TMPDIR (the jobs' work directories, local checkpoints and
     Ray's session files derive from it; set because an image may point it elsewhere), HF_HOME
-    (downloaded models and datasets) and XDG_CACHE_HOME (vLLM's and other libraries' caches)."""
+    (downloaded models and datasets), XDG_CACHE_HOME (vLLM's and other libraries' caches) and
+    HOME (the volume itself, which exists: what the rest writes under ``~``, e.g. Triton's
+    kernel cache): the pods run as
+    :data:`~sarl_operator.pod_security.SARL_UID`, whose home in an image built for another user
+    (``spec.resources.image``) may not exist or be writable."""
     return [
         {"name": "TMPDIR", "value": SCRATCH_DIR},
+        {"name": "HOME", "value": SCRATCH_DIR},
         {"name": "HF_HOME", "value": f"{SCRATCH_DIR}/huggingface"},
         {"name": "XDG_CACHE_HOME", "value": f"{SCRATCH_DIR}/cache"},
     ]
@@ -162,8 +167,10 @@ def job_pod(
     """Pod spec around ``container`` for the Experiment's jobs (training, evaluation, a Study's
     report): the config volume, a memory-backed /dev/shm, the scratch volume at /mnt/scratch
     (``scratch_size``, default ``spec.resources.scratch_size``; the container's resources
-    should request as much ephemeral-storage, :func:`pod_resources`), and the spec's node
-    selector, tolerations, service account and image pull secrets."""
+    should request as much ephemeral-storage, :func:`pod_resources`), the spec's node
+    selector, tolerations, service account and image pull secrets, and the security settings of
+    the Pod Security Standard ``restricted`` (:mod:`~sarl_operator.pod_security`; init containers
+    added to the pod take :func:`~sarl_operator.pod_security.container_context` too)."""
     res = exp.spec.resources
     volume, scratch_mount, scratch_vars = _scratch(exp, scratch_size or res.scratch_size)
     model_volumes, model_mounts = model_sources.policy_volume(exp)  # a pvc:// policy's claim
@@ -174,8 +181,11 @@ def job_pod(
         *model_mounts,
     ]
     env = [*container.get("env", []), *scratch_vars, *scratch_env()]
+    hardened = {**container, "env": env, "volumeMounts": mounts}
+    hardened["securityContext"] = pod_security.container_context()
     pod: dict[str, Any] = {
-        "containers": [{**container, "env": env, "volumeMounts": mounts}],
+        "securityContext": pod_security.pod_context(pod_security.SARL_UID),
+        "containers": [hardened],
         "volumes": [
             {"name": "config", "configMap": {"name": config_name(exp)}},
             # NCCL, Ray and vLLM's workers need more shared memory than the container default
@@ -189,6 +199,7 @@ def job_pod(
     }
     if res.service_account:
         pod["serviceAccountName"] = res.service_account
+    pod.update(pod_security.token_mount(res.service_account))
     if res.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": name} for name in res.image_pull_secrets]
     if res.node_selector:

@@ -53,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from sarl.spec.experiment import Experiment
+from sarl_operator import pod_security
 from sarl_operator.platform_settings import Platform
 from sarl_operator.status import condition
 
@@ -176,6 +177,7 @@ def master_wait_container(job_name: str, image: str) -> dict[str, Any]:
         "command": ["python", "-c", _MASTER_WAIT_SCRIPT],
         "args": [master_host(job_name), str(MASTER_WAIT_INTERVAL_S)],
         "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+        "securityContext": pod_security.container_context(),
     }
 
 

@@ -28,7 +28,7 @@ from sarl.integrations.cluster import chat_endpoints, fill_chat_urls, served_emb
 from sarl.spec.cluster_fields import ResourcesSpec, ServedModelSpec
 from sarl.spec.experiment import Experiment
 from sarl.spec.model_source import ModelUri
-from sarl_operator import knative, model_sources
+from sarl_operator import knative, model_sources, pod_security
 from sarl_operator.child_meta import embedding_name, judge_name, meta
 from sarl_operator.job_pods import hf_token_env
 from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
@@ -112,6 +112,9 @@ def _vllm_isvc(
             "args": [*args, *task_args, *served.extra_args],
             # Extended resources (the GPU) must have requests == limits; cpu and memory follow.
             "resources": {"requests": dict(amounts), "limits": dict(amounts)},
+            # Strategic-merged over the runtime container's own (no seccomp at v0.17.0): the Pod
+            # Security Standard restricted, on the container alone (Knative refuses it on the pod).
+            "securityContext": pod_security.predictor_container_context(),
         },
     }
     # A gated model: the runtime downloads it with huggingface_hub, which reads HF_TOKEN; the
@@ -124,6 +127,7 @@ def _vllm_isvc(
     service_account = served.service_account or res.service_account
     if service_account:
         predictor["serviceAccountName"] = service_account
+    predictor.update(pod_security.token_mount(service_account))
     pull_secrets = served.image_pull_secrets or res.image_pull_secrets
     if pull_secrets:
         predictor["imagePullSecrets"] = [{"name": name} for name in pull_secrets]

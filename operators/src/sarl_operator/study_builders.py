@@ -280,6 +280,7 @@ def report_job(
         "env": pod["containers"][0]["env"],  # with the scratch volume's TMPDIR
         "resources": pod["containers"][0]["resources"],
         "volumeMounts": pod["containers"][0]["volumeMounts"],
+        "securityContext": pod["containers"][0]["securityContext"],
     }
     pod["initContainers"] = [log_spec]
     return {

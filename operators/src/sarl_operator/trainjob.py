@@ -14,12 +14,13 @@ container :data:`NODE` the Trainer fills from ``spec.trainer`` (image, command, 
 verl trainer starts its Ray head on rank 0); its webhook refuses a TrainJob that sets them.
 
 Everything else a training pod needs that ``spec.trainer`` has no field for (the config and
-scratch volumes and their mounts, node selector, tolerations, service account, image pull
-secrets, pod labels and annotations) goes in ``spec.runtimePatches``, v2.3.0's per-TrainJob
-override of the runtime's JobSet template (``trainjob_types.go``: ``RuntimePatch``, keyed by a
-domain-prefixed ``manager``, :data:`PATCH_MANAGER`), strategic-merged into the runtime template by
-the Trainer (``pkg/runtime/core/trainingruntime.go``, ``mergeRuntimePatches``). The pod pieces are
-those of :func:`sarl_operator.job_pods.job_pod`, the PyTorchJob's, so both kinds run the same pod.
+scratch volumes and their mounts, the pod's and container's securityContext, node selector,
+tolerations, service account, image pull secrets, pod labels and annotations) goes in
+``spec.runtimePatches``, v2.3.0's per-TrainJob override of the runtime's JobSet template
+(``trainjob_types.go``: ``RuntimePatch``, keyed by a domain-prefixed ``manager``,
+:data:`PATCH_MANAGER`), strategic-merged into the runtime template by the Trainer
+(``pkg/runtime/core/trainingruntime.go``, ``mergeRuntimePatches``). The pod pieces are those of
+:func:`sarl_operator.job_pods.job_pod`, the PyTorchJob's, so both kinds run the same pod.
 """
 
 from __future__ import annotations
@@ -79,9 +80,17 @@ def _runtime_patch(exp: Experiment, pod: dict[str, Any]) -> dict[str, Any]:
     container = pod["containers"][0]
     # The jobset plugin refuses env on the node container here (v2.3.0 jobset.go, Validate):
     # it comes from spec.trainer.env.
+    # securityContext of pod and container: PodSpecPatch and ContainerPatch carry them (v2.3.0
+    # trainjob_types.go); automountServiceAccountToken it has not: the chart's runtime sets it.
+    node = {
+        "name": NODE,
+        "volumeMounts": container["volumeMounts"],
+        "securityContext": container["securityContext"],
+    }
     pod_patch: dict[str, Any] = {
+        "securityContext": pod["securityContext"],
         "volumes": pod["volumes"],
-        "containers": [{"name": NODE, "volumeMounts": container["volumeMounts"]}],
+        "containers": [node],
     }
     for key in ("serviceAccountName", "imagePullSecrets", "nodeSelector", "tolerations"):
         if key in pod:
