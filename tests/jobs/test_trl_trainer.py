@@ -76,7 +76,10 @@ def test_training_args_reuse_the_local_mapping_with_the_cluster_batches(
 
 
 def test_indivisible_batches_are_refused() -> None:
-    exp = experiment("paper-grpo-math", algorithm={"micro_batch_size_per_gpu": 3})
+    # Without the preset's token budget (which would cap 3 responses a pass at 2).
+    exp = experiment(
+        "paper-grpo-math", algorithm={"micro_batch_size_per_gpu": 3, "max_tokens_per_gpu": None}
+    )
     with pytest.raises(ValueError, match=r"micro_batch_size_per_gpu"):
         cluster_overrides(exp, 8)
 

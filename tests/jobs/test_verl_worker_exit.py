@@ -42,6 +42,9 @@ def worker_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ray_exit: int) -
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("SARL_CHECKPOINT_URI", raising=False)
+    # No head here: its Ray port "answers" at once. The wait itself (a real listener opened
+    # late, back-off, time-out) is tested in tests/jobs/test_cluster.py.
+    monkeypatch.setattr(verl_trainer, "wait_for_head", lambda *_a, **_k: 0.0)
 
 
 def test_a_worker_whose_ray_node_ends_early_exits_1(
