@@ -143,3 +143,11 @@ def test_a_gpu_too_small_for_the_state_alone_suggests_no_negative_share() -> Non
     assert fix.startswith("even one response per pass does not fit")
     share = [f for name, f in fixes if name == "spec.algorithm.rollout_gpu_memory_utilization"]
     assert "leaves vLLM no room" in share[0] and not any("-0." in f for f in share)
+
+
+@pytest.mark.parametrize("memory", ["0", "0Gi", "100Mi", "1" * 25 + "Gi"])
+def test_gpu_memory_must_be_a_gpu(memory: str) -> None:
+    """Hostile or mistaken sizes are refused at validation, naming the field (a 400-digit
+    quantity once overflowed the plan's arithmetic)."""
+    with pytest.raises(SpecError, match=r"spec\.resources\.gpu_memory"):
+        validate_document(_paper(resources={"gpu_memory": memory}), "t")

@@ -71,7 +71,7 @@ def plan_command(
                 exp, train_rows=train_rows, store_capacity=capacity, read_local=True
             )
             text = experiment_text(plan)  # type: ignore[arg-type]
-    except SpecError as e:
+    except (SpecError, ValueError) as e:  # ValueError: a figure the plan cannot compute
         raise fail(str(e)) from e
     typer.echo(json.dumps(plan_json(plan), indent=2) if as_json else text)
     if plan.misfits:

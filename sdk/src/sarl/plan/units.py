@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from typing import Final
 
-_SUFFIXES: Final = {
+_SUFFIXES: Final[dict[str, int | str]] = {
     "": 1,
-    "m": 1e-3,
-    "k": 1e3,
-    "M": 1e6,
-    "G": 1e9,
-    "T": 1e12,
-    "P": 1e15,
-    "E": 1e18,
+    "m": "0.001",
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
     "Ki": 2**10,
     "Mi": 2**20,
     "Gi": 2**30,
@@ -27,16 +28,23 @@ _SUFFIXES: Final = {
     "Pi": 2**50,
     "Ei": 2**60,
 }
+#: Digits a quantity may have: 2^63 - 1 (apimachinery's limit) has 19.
+_MAX_DIGITS: Final = 40
 _QUANTITY: Final = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
 def parse_quantity(value: str) -> int:
-    """Bytes (rounded up) of a Kubernetes quantity; ValueError naming the value otherwise."""
+    """Bytes (rounded up) of a Kubernetes quantity; ValueError naming the value otherwise.
+
+    Decimal arithmetic: a float would round, and overflow to infinity on a 400-digit value
+    (a spec is untrusted input); apimachinery itself caps quantities at 2^63 - 1."""
     match = _QUANTITY.match(value.strip())
     if not match:
         raise ValueError(f"{value!r} is not a Kubernetes quantity such as '20Gi' or '4Ti'")
     number, suffix = match.groups()
-    return math.ceil(float(number) * _SUFFIXES[suffix or ""])
+    if len(number) > _MAX_DIGITS:
+        raise ValueError(f"{value[:24]!r}...: a quantity of more than {_MAX_DIGITS} digits")
+    return math.ceil(Decimal(number) * Decimal(_SUFFIXES[suffix or ""]))
 
 
 def gib(n: float) -> str:

@@ -30,7 +30,9 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 
 
 #: A Kubernetes resource quantity as the serving fields accept it ("4", "500m", "16Gi").
-_QUANTITY: Final = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+#: At most 19 integer digits: apimachinery's Quantity holds up to 2^63 - 1 (19 digits); a longer
+#: one is refused by the API server and would overflow a float in the resource plan.
+_QUANTITY: Final = re.compile(r"^[0-9]{1,19}(\.[0-9]{1,9})?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 # In the JSON schema and the CRD (the API server checks it too); the validator below words the
 # error for people.
 _QUANTITY_SCHEMA: Final[dict[str, Any]] = {"pattern": _QUANTITY.pattern}
@@ -276,6 +278,17 @@ class ResourcesSpec(_Strict):
         "of the gang's PodGroup where a gang scheduler is configured; Kueue orders its queue by "
         "it too.",
     )
+
+    @field_validator("gpu_memory")
+    @classmethod
+    def _gpu_memory(cls, v: str) -> str:
+        # The plan divides by it and sizes vLLM's share from it: a GPU has at least 1Gi (the
+        # smallest MIG slice, 1g.5gb, has 5).
+        from sarl.plan.units import parse_quantity
+
+        if parse_quantity(v) < 2**30:
+            raise ValueError(f"{v!r} is less than one GPU's memory: give at least 1Gi, e.g. 80Gi")
+        return v
 
 
 class ServedModelSpec(_Strict):
