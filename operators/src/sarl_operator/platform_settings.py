@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from sarl.cluster.tenancy import NO_TENANCY, Tenancy, tenancy_from_env
 from sarl.plan import store_capacity_from_env
 from sarl_operator import model_sources
 
@@ -42,6 +43,9 @@ class Platform:
     store_capacity: int | None = None
     #: Hugging Face Hub mirror (``SARL_HF_ENDPOINT``) for pods whose spec sets none; empty: none.
     hf_endpoint: str = ""
+    #: Tenant namespaces and their policies (``SARL_TENANTS``, chart ``tenants``); none: a
+    #: single-team install.
+    tenancy: Tenancy = NO_TENANCY
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Platform:
@@ -59,6 +63,7 @@ class Platform:
             gang_scheduler=_gang_scheduler(env.get("SARL_GANG_SCHEDULER") or "none"),
             hf_endpoint=model_sources.platform_hf_endpoint(env.get("SARL_HF_ENDPOINT", "")),
             store_capacity=store_capacity_from_env(env),
+            tenancy=tenancy_from_env(env),
         )
 
 
