@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sarl.cluster.tenancy import TENANT_SECRET, TenantKeys
 from sarl.spec.experiment import Experiment
-from sarl_operator import child_meta, evaluation, scheduling, served_models, trainjob
+from sarl_operator import child_meta, evaluation, job_pods, scheduling, served_models, trainjob
 from sarl_operator.kube import KubeApi, MissingApiError, controlled_by
 from sarl_operator.platform_settings import Platform
 from sarl_operator.reconcile import PostEvent, Settings, release_owned
@@ -38,18 +39,23 @@ def storage_condition(
     Experiments needs a copy. Only the platform's Secret name is checked (the operator may read
     Secrets of that name only); a ``spec.storage.credentials_secret`` of another name is the
     user's to provide and is not read."""
-    secret = exp.spec.storage.credentials_secret or platform.s3_credentials_secret
+    secret, id_key, secret_key = job_pods.store_credentials(exp, namespace, platform)
     if not secret:
         return condition("StorageReady", "True", "NoCredentials", "no S3 credentials Secret used")
-    if secret != platform.s3_credentials_secret:
+    tenant = platform.tenancy.enabled and secret == TENANT_SECRET
+    if secret != platform.s3_credentials_secret and not tenant:
         return condition("StorageReady", "Unknown", "NotChecked", f"Secret {secret!r} not read")
-    keys = (platform.s3_access_key_id_key, platform.s3_secret_access_key_key)
+    # A tenant's pods also read its MLflow user, signing key, Ray token and API key from it.
+    keys = TenantKeys.ALL if tenant else (id_key, secret_key)
     found = api.get("v1", "Secret", namespace, secret)
     missing = [k for k in keys if found is not None and k not in (found.get("data") or {})]
     if found is not None and not missing:
         return condition("StorageReady", "True", "SecretFound", f"Secret {secret!r}")
-    create = f"kubectl create secret generic {secret} -n {namespace} " + " ".join(
-        f"--from-literal={k}=..." for k in keys
+    create = (
+        f"sarl tenant credentials {namespace} (as the platform's administrator)"
+        if tenant
+        else f"kubectl create secret generic {secret} -n {namespace} "
+        + " ".join(f"--from-literal={k}=..." for k in keys)
     )
     what = f"Secret {secret!r} not found" if found is None else f"Secret {secret!r} has no key"
     if missing:
@@ -59,7 +65,7 @@ def storage_condition(
         "False",
         "SecretMissing",
         f"{what} in namespace {namespace!r}: the training pods read the S3 credentials from "
-        f"it; create it there ({create}), with the platform's S3 keys",
+        f"it; create it there ({create})",
     )
 
 

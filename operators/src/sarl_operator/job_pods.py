@@ -14,6 +14,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
+from sarl.cluster.tenancy import TENANT_SECRET, TenantKeys
 from sarl.spec.cluster_fields import GPU_RESOURCE as DEFAULT_GPU_RESOURCE
 from sarl.spec.cluster_fields import SecretKeyRef
 from sarl.spec.experiment import Experiment
@@ -85,18 +86,56 @@ def job_env(
             {"name": "AWS_ENDPOINT_URL", "value": endpoint},
             {"name": "MLFLOW_S3_ENDPOINT_URL", "value": endpoint},
         ]
-    secret = storage.credentials_secret or platform.s3_credentials_secret
+    secret, id_key, secret_key = store_credentials(exp, namespace, platform)
     if secret:  # a Secret reference only, never the values
-        for name, key in (
-            ("AWS_ACCESS_KEY_ID", platform.s3_access_key_id_key),
-            ("AWS_SECRET_ACCESS_KEY", platform.s3_secret_access_key_key),
-        ):
+        for name, key in (("AWS_ACCESS_KEY_ID", id_key), ("AWS_SECRET_ACCESS_KEY", secret_key)):
             env.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    env += tenant_env(namespace, platform)
     # The trainer downloads the policy and the evaluation its tokenizer: gated models need it.
     env += hf_token_env(exp.spec.resources.hf_token)
     # The Hub's mirror, or offline when the policy comes from the store (model_sources).
     env += model_sources.job_hub_env(exp, platform.hf_endpoint)
     return env
+
+
+def store_credentials(exp: Experiment, namespace: str, platform: Platform) -> tuple[str, str, str]:
+    """(Secret, access-key-id key, secret-access-key key) of the object-store credentials the
+    Experiment's pods in ``namespace`` get: ``spec.storage.credentials_secret`` (the tenant policy
+    allows only its own Secrets), else, on a platform with tenants, the tenant's own key pair in
+    :data:`~sarl.cluster.tenancy.TENANT_SECRET` (limited to its store prefixes: the platform's
+    root key never leaves the platform namespace), else the platform's Secret; empty name:
+    none."""
+    own = exp.spec.storage.credentials_secret
+    if own:
+        return own, platform.s3_access_key_id_key, platform.s3_secret_access_key_key
+    if platform.tenancy.enabled:
+        return TENANT_SECRET, TenantKeys.STORE_ACCESS_KEY_ID, TenantKeys.STORE_SECRET_ACCESS_KEY
+    secret = platform.s3_credentials_secret
+    return secret, platform.s3_access_key_id_key, platform.s3_secret_access_key_key
+
+
+#: The tenant's credentials every pod of its jobs gets besides the store's key pair: its MLflow
+#: user, checkpoint-signing key, Ray token and served-model API key (each read under its key's
+#: name by MLflow's client, sarl's checkpoints, Ray and sarl's serving clients).
+TENANT_ENV_KEYS: Final = (
+    TenantKeys.MLFLOW_USERNAME,
+    TenantKeys.MLFLOW_PASSWORD,
+    TenantKeys.CHECKPOINT_KEY,
+    TenantKeys.RAY_TOKEN,
+    TenantKeys.SERVING_API_KEY,
+)
+
+
+def tenant_env(namespace: str, platform: Platform) -> list[dict[str, Any]]:
+    """The tenant's credentials (:data:`TENANT_ENV_KEYS`) from its own
+    :data:`~sarl.cluster.tenancy.TENANT_SECRET` in ``namespace``; nothing on a platform
+    without tenants."""
+    if not platform.tenancy.enabled:
+        return []
+    return [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": TENANT_SECRET, "key": key}}}
+        for key in TENANT_ENV_KEYS
+    ]
 
 
 def hf_token_env(ref: SecretKeyRef | None) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from sarl.integrations.cluster import chat_endpoints, fill_chat_urls, served_emb
 from sarl.spec.cluster_fields import ResourcesSpec, ServedModelSpec
 from sarl.spec.experiment import Experiment
 from sarl.spec.model_source import ModelUri
-from sarl_operator import knative, model_sources, pod_security
+from sarl_operator import job_pods, knative, model_sources, pod_security
 from sarl_operator.child_meta import embedding_name, judge_name, meta
 from sarl_operator.job_pods import hf_token_env
 from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
@@ -159,7 +159,7 @@ def _embedding_isvc(
         metadata, EMBEDDING_MODEL_NAME, source, served, exp.spec.resources,
         ["--runner=pooling"], platform.hf_endpoint,
     )  # fmt: skip
-    isvc = model_sources.with_storage(isvc, source, _credentials_secret(exp, platform))
+    isvc = model_sources.with_storage(isvc, source, _credentials_secret(exp, namespace, platform))
     return _with_deployment_mode(exp, isvc, "embedding")
 
 
@@ -174,13 +174,14 @@ def _judge_isvc(
     isvc = _vllm_isvc(
         metadata, JUDGE_MODEL_NAME, source, served, exp.spec.resources, [], platform.hf_endpoint
     )
-    isvc = model_sources.with_storage(isvc, source, _credentials_secret(exp, platform))
+    isvc = model_sources.with_storage(isvc, source, _credentials_secret(exp, namespace, platform))
     return _with_deployment_mode(exp, isvc, "judge")
 
 
-def _credentials_secret(exp: Experiment, platform: Platform) -> str:
-    """The S3 credentials Secret of the Experiment's pods (as :func:`job_env`)."""
-    return exp.spec.storage.credentials_secret or platform.s3_credentials_secret
+def _credentials_secret(exp: Experiment, namespace: str, platform: Platform) -> str:
+    """The S3 credentials Secret of the Experiment's pods (as ``job_pods.job_env``; its keys
+    are the ones KServe's storage initializer reads)."""
+    return job_pods.store_credentials(exp, namespace, platform)[0]
 
 
 def _with_deployment_mode(exp: Experiment, isvc: dict[str, Any], served: str) -> dict[str, Any]:
