@@ -271,7 +271,86 @@ WEBHOOK_OBJECTS: Final = {
     ("Service", "sarl-platform-operator-webhook"),
     ("Secret", "sarl-platform-operator-webhook-tls"),
     ("ValidatingWebhookConfiguration", "sarl-platform-operator"),
+    ("Deployment", "sarl-platform-operator-webhook"),
+    ("PodDisruptionBudget", "sarl-platform-operator-webhook"),
+    ("ServiceAccount", "sarl-platform-operator-webhook"),
 }
+
+
+def _webhook_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = (
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "sarl-platform-operator-webhook"
+    )
+    return deployment
+
+
+def test_the_webhook_survives_the_operator_and_a_drain() -> None:
+    """The webhook answers for every team (failurePolicy Fail): its own Deployment of two
+    replicas spread over nodes, a PodDisruptionBudget letting a drain evict one at a time, a
+    rolling update that never has none ready, and the Service pointing at it, not at the
+    one-replica operator (whose restart then leaves admission up)."""
+    docs = _render({})
+    kinds = _kinds(docs)
+    assert kinds >= WEBHOOK_OBJECTS
+    deployment = _webhook_deployment(docs)
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = spec["template"]["spec"]
+    assert pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
+    (container,) = pod["containers"]
+    assert "--module=sarl_operator.admission" in container["args"]
+    assert "readinessProbe" in container
+    (pdb,) = (d for d in docs if d["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    labels = spec["template"]["metadata"]["labels"]
+    for selector in (pdb["spec"]["selector"]["matchLabels"], spec["selector"]["matchLabels"]):
+        assert selector.items() <= labels.items()
+    (service,) = (
+        d for d in docs if d["kind"] == "Service" and d["metadata"]["name"].endswith("-webhook")
+    )
+    assert service["spec"]["selector"].items() <= labels.items()
+    operator_labels = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")
+    )["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= operator_labels.items()
+    # One replica renders no budget (it could block every drain).
+    one = _render({"operator": {"admissionWebhook": {"replicas": 1}}})
+    assert not [d for d in one if d["kind"] == "PodDisruptionBudget"]
+
+
+def test_the_webhook_checks_what_the_operator_checks() -> None:
+    """The webhook's settings are the operator's (one helper renders both environments):
+    tenant policy, image and reward allow-lists, store capacity."""
+    values = {"tenants": [{"namespace": "team-a"}]}
+    docs = _render(values)
+    webhook = _webhook_deployment(docs)["spec"]["template"]["spec"]["containers"][0]
+    hook_env = {e["name"]: e.get("value") for e in webhook["env"]}
+    op_env = {e["name"]: e.get("value") for e in _operator_container(docs)["env"]}
+    shared = {k: v for k, v in op_env.items() if k != "SARL_OPERATOR_NAMESPACE"}
+    assert shared.items() <= hook_env.items()
+    assert "team-a" in hook_env["SARL_TENANTS"]
+
+
+def test_the_webhook_module_reconciles_nothing() -> None:
+    """Several webhook replicas may run at once only because the module they run registers
+    admission handlers alone: no changing, watching, daemon or index handler."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import kopf, sarl_operator.admission\n"
+        "r = kopf.get_default_registry()\n"
+        "print(len(r._webhooks.get_all_handlers()), len(r._changing.get_all_handlers()),"
+        " len(r._watching.get_all_handlers()), len(r._spawning.get_all_handlers()),"
+        " len(r._indexing.get_all_handlers()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    assert int(out[0]) >= 1 and out[1:] == ["0", "0", "0", "0"]
 
 
 def test_webhook_switched_off_keeps_the_operator_check() -> None:
@@ -280,6 +359,15 @@ def test_webhook_switched_off_keeps_the_operator_check() -> None:
     container = _operator_container(docs)
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["SARL_ALLOWED_IMAGE_REGISTRIES"] == "ghcr.io/sarl-dev/"
+    assert not [k for k in env if k.startswith("SARL_WEBHOOK_")]
+    assert [p["name"] for p in container["ports"]] == ["health"]
+
+
+def test_the_operator_serves_no_webhook() -> None:
+    """With the webhook on, it is served by its own replicas: the operator has no webhook
+    port, certificate or server settings (its server idles)."""
+    container = _operator_container(_render({}))
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert not [k for k in env if k.startswith("SARL_WEBHOOK_")]
     assert [p["name"] for p in container["ports"]] == ["health"]
 
@@ -299,10 +387,7 @@ def test_an_existing_certificate_secret() -> None:
     assert not [d for d in docs if d["kind"] == "Secret"]
     (config,) = (d for d in docs if d["kind"] == "ValidatingWebhookConfiguration")
     assert config["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
-    (deployment,) = (
-        d for d in docs if d["kind"] == "Deployment" and "operator" in d["metadata"]["name"]
-    )
-    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    volumes = _webhook_deployment(docs)["spec"]["template"]["spec"]["volumes"]
     assert {"name": "webhook-tls", "secret": {"secretName": "hook-tls"}} in volumes
 
 
@@ -367,7 +452,7 @@ ALLOWED_VALUES: Final = {"operator": {"allowedImageRegistries": ["ghcr.io/sarl-d
 
 @pytest.fixture(scope="module")
 def chart() -> dict[str, dict[str, Any]]:
-    """The rendered webhook objects and the operator container (one render: genCA makes a new
+    """The rendered webhook objects and the webhook's container (one render: genCA makes a new
     CA each time)."""
     import yaml
 
@@ -381,7 +466,7 @@ def chart() -> dict[str, dict[str, Any]]:
         if d
     ]
     by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs}
-    deployment = by_kind[("Deployment", "sarl-platform-operator")]
+    deployment = by_kind[("Deployment", "sarl-platform-operator-webhook")]
     return {
         "secret": by_kind[("Secret", "sarl-platform-operator-webhook-tls")],
         "service": by_kind[("Service", "sarl-platform-operator-webhook")],
@@ -440,7 +525,7 @@ def operator(
             SARL_WEBHOOK_CERT_FILE=str(files["tls.crt"]),
             SARL_WEBHOOK_KEY_FILE=str(files["tls.key"]),
         )
-        # The admission module alone: the image check needs none of the Experiment handlers.
+        # As the webhook Deployment runs it: the admission module alone (ChartOperator).
         op = ChartOperator(
             env={**os.environ, **env},
             log_path=tmp / "operator.log",

@@ -232,3 +232,56 @@ Capacity of the object store as a Kubernetes quantity, for the operator's storag
 {{- .Values.objectStore.external.capacity | default "" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The platform's settings as the operator's SARL_* environment (sarl_operator.platform_settings):
+the operator's Deployment and the admission webhook's (which checks specs against the same
+settings) both include it, so the two never disagree. Indent with nindent 12.
+*/}}
+{{- define "sarl-platform.platformEnv" -}}
+{{- $o := .Values.operator -}}
+{{- if .Values.mlflow.enabled }}
+- name: SARL_MLFLOW_TRACKING_URI
+  value: {{ include "sarl-platform.mlflowUri" . | quote }}
+{{- end }}
+- name: SARL_S3_ENDPOINT_URL
+  value: {{ include "sarl-platform.s3Endpoint" . | quote }}
+- name: SARL_S3_BUCKET
+  value: {{ .Values.objectStore.bucket | quote }}
+# What the bucket can hold (a quantity; empty: unknown): runs whose checkpoints
+# do not fit are refused before they start.
+- name: SARL_STORE_CAPACITY
+  value: {{ include "sarl-platform.storeCapacity" . | quote }}
+- name: SARL_S3_CREDENTIALS_SECRET
+  value: {{ .Values.objectStore.credentials.existingSecret | quote }}
+- name: SARL_S3_ACCESS_KEY_ID_KEY
+  value: {{ .Values.objectStore.credentials.accessKeyIdKey | quote }}
+- name: SARL_S3_SECRET_ACCESS_KEY_KEY
+  value: {{ .Values.objectStore.credentials.secretAccessKeyKey | quote }}
+- name: SARL_TRAINER_IMAGE
+  value: {{ include "sarl-platform.image" (dict "ctx" . "image" .Values.trainer.image) | quote }}
+- name: SARL_TRL_TRAINER_IMAGE
+  value: {{ include "sarl-platform.image" (dict "ctx" . "image" .Values.trainer.trlImage) | quote }}
+- name: SARL_MLFLOW_UI_URL
+  value: {{ $o.mlflowUiUrl | quote }}
+- name: SARL_DATA_URI
+  value: {{ $o.dataUri | quote }}
+- name: SARL_STATUS_INTERVAL_S
+  value: {{ $o.statusIntervalSeconds | quote }}
+- name: SARL_ALLOWED_IMAGE_REGISTRIES
+  value: {{ join "," $o.allowedImageRegistries | quote }}
+# Tenant namespaces and their policies (sarl.cluster.tenancy; values `tenants`).
+- name: SARL_TENANTS
+  value: {{ dict "tenants" .Values.tenants | toJson | quote }}
+# Rewards a spec may name by import path; never imported by the operator.
+- name: SARL_ALLOWED_REWARD_MODULES
+  value: {{ join "," $o.allowedRewardModules | quote }}
+# Kueue and gang scheduling of the jobs (sarl_operator.scheduling).
+# Hugging Face Hub mirror for pods whose spec names none (trainer.hfEndpoint).
+- name: SARL_HF_ENDPOINT
+  value: {{ .Values.trainer.hfEndpoint | default "" | quote }}
+- name: SARL_DEFAULT_QUEUE
+  value: {{ .Values.kueue.defaultQueue | default "" | quote }}
+- name: SARL_GANG_SCHEDULER
+  value: {{ .Values.gangScheduler | default "none" | quote }}
+{{- end }}
