@@ -20,6 +20,7 @@ from sarl_operator import builders, experiment_handlers, handlers
 from sarl_operator.kube import MissingApiError, VersionConflictError
 from sarl_operator.reconcile import (
     STATUS_WRITE_TRIES,
+    TRACKING_DOWN,
     TRACKING_RETRY_DELAY_S,
     Settings,
     status_interval_s,
@@ -337,10 +338,11 @@ def test_tracking_down_is_temporary_and_creates_no_job() -> None:
             post_event=lambda _obj, *event: events.append(event),
             tracker_factory=lambda _uri: FakeTracker(down=True),
         )
-    assert err.value.delay == TRACKING_RETRY_DELAY_S
+    assert err.value.delay == TRACKING_RETRY_DELAY_S and str(err.value) == TRACKING_DOWN
     assert api.writes == []
     tracking = next(c for c in patch["status"]["conditions"] if c["type"] == "TrackingReady")
-    assert tracking["status"] == "False" and "ConnectError" in tracking["message"]
+    # A fixed text: the server's errors and replies stay in the operator's log (issue 36).
+    assert tracking["status"] == "False" and tracking["message"] == TRACKING_DOWN
     assert ("Warning", "TrackingUnavailable") in [e[:2] for e in events]
 
 

@@ -89,6 +89,7 @@ from sarl_operator.reconcile import (
     write_fresh_status,
 )
 from sarl_operator.status import condition, desired_status, job_phase, run_ended
+from sarl_operator.tenant_review import refuse_outside_policy
 from sarl_operator.tenant_specs import as_spec_error
 from sarl_operator.tracking import MlflowTracking, Progress, RunRef, TrackingError
 
@@ -118,8 +119,8 @@ JOB_BUILDERS: Final[Mapping[str, builders.JobBuilder]] = {
 def experiment_from_body(
     body: Mapping[str, Any], platform: Platform = DEFAULT_PLATFORM
 ) -> Experiment:
-    """Validate the custom resource as an Experiment (served chat endpoints filled in first);
-    raises SpecError naming the field."""
+    """Validate the custom resource as an Experiment (served chat endpoints filled in first)
+    within the tenant policy of ``platform``; raises SpecError naming the field."""
     meta = body.get("metadata") or {}
     name, namespace = meta.get("name"), meta.get("namespace")
     spec = dict(body.get("spec") or {})
@@ -132,7 +133,9 @@ def experiment_from_body(
         "spec": spec,
     }
     try:
-        return load_experiment(doc)
+        exp = load_experiment(doc)
+        refuse_outside_policy(exp, str(namespace or ""), platform)
+        return exp
     except BaseException as e:  # any: the timer and reconcile see a SpecError (STOPS pass)
         raise as_spec_error(e) from e
 

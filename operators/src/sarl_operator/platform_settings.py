@@ -46,6 +46,9 @@ class Platform:
     #: Tenant namespaces and their policies (``SARL_TENANTS``, chart ``tenants``); none: a
     #: single-team install.
     tenancy: Tenancy = NO_TENANCY
+    #: The platform's MLflow (``SARL_MLFLOW_TRACKING_URI``): under tenancy the only one a spec
+    #: may name (``sarl_operator.tenant_tracking``); empty: none.
+    tracking_uri: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Platform:
@@ -64,6 +67,7 @@ class Platform:
             hf_endpoint=model_sources.platform_hf_endpoint(env.get("SARL_HF_ENDPOINT", "")),
             store_capacity=store_capacity_from_env(env),
             tenancy=tenancy_from_env(env),
+            tracking_uri=env.get("SARL_MLFLOW_TRACKING_URI", ""),
         )
 
 

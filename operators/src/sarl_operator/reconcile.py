@@ -42,6 +42,11 @@ GROUP: Final = "sarl.dev"
 VERSION: Final = "v1alpha1"
 DEFAULT_STATUS_INTERVAL_S: Final = 30.0
 TRACKING_RETRY_DELAY_S: Final = 30
+#: The status's and Event's words when MLflow fails: fixed, never the server's reply.
+TRACKING_DOWN: Final = (
+    f"MLflow did not answer; retrying every {TRACKING_RETRY_DELAY_S} s "
+    "(the operator's log has the cause)"
+)
 #: Reads and guarded writes a status tick makes before leaving the status to the next tick,
 #: when every write finds the object changed since it was read (:func:`write_fresh_status`).
 STATUS_WRITE_TRIES: Final = 3
@@ -106,13 +111,19 @@ class Settings:
         backend = job_pods.backend(exp)
         return exp.spec.resources.image or (self.trl_image if backend == "trl" else self.verl_image)
 
+    def _spec_uri(self, exp: Experiment) -> str | None:
+        # Under tenancy never the spec's: the operator calls it from the platform namespace
+        # (sarl_operator.tenant_tracking refuses such a spec; this covers older objects).
+        return None if self.platform.tenancy.enabled else exp.spec.tracking.mlflow_uri
+
     def tracking_uri_of(self, exp: Experiment) -> str:
-        """``spec.tracking.mlflow_uri``, else the platform's MLflow; empty: no tracking."""
-        return exp.spec.tracking.mlflow_uri or self.tracking_uri
+        """``spec.tracking.mlflow_uri``, else (and always under tenancy) the platform's MLflow;
+        empty: no tracking."""
+        return self._spec_uri(exp) or self.tracking_uri
 
     def ui_url_of(self, exp: Experiment) -> str:
         """Base of run URLs: the spec's own server, else SARL_MLFLOW_UI_URL, else the URI."""
-        return exp.spec.tracking.mlflow_uri or self.ui_url or self.tracking_uri
+        return self._spec_uri(exp) or self.ui_url or self.tracking_uri
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
@@ -289,9 +300,13 @@ def tracked_run(
 
 
 def tracking_unavailable(e: TrackingError) -> tuple[dict[str, Any], kopf.TemporaryError]:
-    """(``TrackingReady=False`` for the status, the error to raise once it is patched)."""
-    down = condition("TrackingReady", "False", "TrackingUnavailable", str(e))
-    return down, kopf.TemporaryError(str(e), delay=TRACKING_RETRY_DELAY_S)
+    """(``TrackingReady=False`` for the status, the error to raise once it is patched), both
+    with :data:`TRACKING_DOWN`: the cause (the server's address, connection errors, its reply)
+    goes to the operator's log only, never to the status or the Event kopf posts of the error,
+    which the tenant reads (issue 36, item 5)."""
+    log.warning("MLflow unavailable, retrying in %d s: %s", TRACKING_RETRY_DELAY_S, e)
+    down = condition("TrackingReady", "False", "TrackingUnavailable", TRACKING_DOWN)
+    return down, kopf.TemporaryError(TRACKING_DOWN, delay=TRACKING_RETRY_DELAY_S)
 
 
 def apply_owned(

@@ -72,6 +72,7 @@ from sarl_operator.reconcile import (
 )
 from sarl_operator.status import RELEASED, condition, isvc_ready, serving_condition
 from sarl_operator.study_builders import RunState, SharedModel
+from sarl_operator.tenant_review import refuse_study
 from sarl_operator.tenant_specs import as_spec_error
 from sarl_operator.tracking import MlflowTracking, RunRef, TrackingError
 
@@ -172,10 +173,10 @@ def _validate(doc: dict[str, Any], namespace: str) -> Expansion:
     return found
 
 
-def study_from_body(body: Mapping[str, Any]) -> Study:
+def study_from_body(body: Mapping[str, Any], platform: Platform = DEFAULT_PLATFORM) -> Study:
     """Validate the custom resource as a Study and every arm x seed Experiment as the trainer
-    would (``check_cluster``); raises SpecError naming the field. The outcome is remembered
-    per document (name, namespace, labels, spec), so the timer re-validates nothing."""
+    would (``check_cluster``), within ``platform``'s tenant policy; raises SpecError naming the
+    field. Validation is remembered per document, so the timer re-validates nothing."""
     meta = body.get("metadata") or {}
     doc = {
         "apiVersion": body.get("apiVersion", f"{GROUP}/{VERSION}"),
@@ -198,6 +199,7 @@ def study_from_body(body: Mapping[str, Any]) -> Study:
             raise refused from e
     if isinstance(known, SpecError):
         raise SpecError(str(known))
+    refuse_study(known.study, known.runs(), str(meta.get("namespace")), platform)
     return known.study
 
 
@@ -426,7 +428,7 @@ def reconcile(
     """Validate, get the parent run, apply the ConfigMap, create runs, patch the status."""
     meta = body["metadata"]
     try:
-        study = study_from_body(body)
+        study = study_from_body(body, settings.platform)
         # The admission webhook refuses these first; this holds when it is off or was bypassed.
         refused = image_violations(body, settings.allowed_registries)
         if refused:
@@ -473,7 +475,7 @@ def refresh(
 
     def desired_of(fresh: Mapping[str, Any]) -> dict[str, Any] | None:
         try:
-            study = study_from_body(fresh)
+            study = study_from_body(fresh, settings.platform)
         except (SpecError, ValueError):
             return None
         status = fresh.get("status") or {}

@@ -15,13 +15,18 @@ from typing import Final
 
 from sarl.cluster.tenancy import TenantPolicy
 from sarl.spec.experiment import Experiment
+from sarl_operator import tenant_credentials, tenant_scheduling, tenant_tracking
 from sarl_operator.platform_settings import Platform
 
 #: One area of the tenant policy: the violations of a spec, as messages naming the field.
 Check = Callable[[Experiment, TenantPolicy, Platform], list[str]]
 
 #: Every area checked, in the order their messages are reported.
-CHECKS: Final[tuple[Check, ...]] = ()
+CHECKS: Final[tuple[Check, ...]] = (
+    tenant_credentials.check,
+    tenant_scheduling.check,
+    tenant_tracking.check,
+)
 
 
 def violations(exp: Experiment, namespace: str, platform: Platform) -> list[str]:

@@ -158,13 +158,17 @@ def _ssl_context() -> ssl.SSLContext:
 class MlflowTracking:
     """MLflow REST client of one tracking server (``base_url``, e.g. http://mlflow:5000).
 
-    Every request is bounded by ``timeout_s``; transient failures are retried ``max_retries``
-    times after a backoff of at most ``backoff_s * 2**(n-1)`` (capped at ``max_backoff_s``).
-    ``transport`` and ``sleep`` are for tests.
+    Every request is bounded by ``timeout_s`` (reading, writing) and ``connect_timeout_s``
+    (connecting: short, so an unreachable server holds one of the operator's workers for at most
+    ``(max_retries + 1) * connect_timeout_s`` plus the backoffs, ~10 s, per call); transient
+    failures are retried ``max_retries`` times after a backoff of at most
+    ``backoff_s * 2**(n-1)`` (capped at ``max_backoff_s``). ``transport`` and ``sleep`` are for
+    tests.
     """
 
     base_url: str
     timeout_s: float = 10.0
+    connect_timeout_s: float = 3.0
     max_retries: int = 2
     backoff_s: float = 0.5
     max_backoff_s: float = 4.0
@@ -179,8 +183,9 @@ class MlflowTracking:
             if attempt:
                 self.sleep(backoff_delay(attempt, self.backoff_s, self.max_backoff_s))
             try:
+                timeout = httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s)
                 with httpx.Client(
-                    timeout=self.timeout_s, transport=self.transport, verify=_ssl_context()
+                    timeout=timeout, transport=self.transport, verify=_ssl_context()
                 ) as client:
                     response = client.request(method, url, **kwargs)
             except httpx.HTTPError as e:  # timeouts, refused/reset connections
