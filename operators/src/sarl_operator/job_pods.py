@@ -59,6 +59,15 @@ def checkpoint_uri(exp: Experiment, namespace: str, platform: Platform = DEFAULT
     return ""
 
 
+def data_uri(namespace: str, platform: Platform) -> str:
+    """Where ``namespace``'s pods find what ``sarl data prepare`` wrote: on a platform with
+    tenants and a bucket ``s3://<bucket>/data/<ns>`` (the only data prefix its key reaches,
+    :func:`sarl.cluster.tenancy.store_prefixes`), else the platform's ``SARL_DATA_URI``."""
+    if platform.tenancy.enabled and platform.s3_bucket:
+        return f"s3://{platform.s3_bucket}/data/{namespace}"
+    return platform.data_uri
+
+
 def job_env(
     exp: Experiment,
     namespace: str,
@@ -78,7 +87,7 @@ def job_env(
         {"name": "MLFLOW_RUN_ID", "value": mlflow_run_id},
         {"name": "SARL_CHECKPOINT_URI", "value": checkpoint_uri(exp, namespace, platform)},
         # Where `sarl data prepare` wrote datasets and benchmarks (relative dataset paths).
-        {"name": "SARL_DATA_URI", "value": platform.data_uri},
+        {"name": "SARL_DATA_URI", "value": data_uri(namespace, platform)},
     ]
     endpoint = storage.endpoint_url or platform.s3_endpoint_url
     if endpoint:

@@ -15,7 +15,7 @@ from typing import Final
 
 from sarl.cluster.tenancy import TenantPolicy
 from sarl.spec.experiment import Experiment
-from sarl_operator import tenant_credentials, tenant_scheduling, tenant_tracking
+from sarl_operator import tenant_credentials, tenant_scheduling, tenant_store, tenant_tracking
 from sarl_operator.platform_settings import Platform
 
 #: One area of the tenant policy: the violations of a spec, as messages naming the field.
@@ -26,6 +26,7 @@ CHECKS: Final[tuple[Check, ...]] = (
     tenant_credentials.check,
     tenant_scheduling.check,
     tenant_tracking.check,
+    tenant_store.store_violations,
 )
 
 

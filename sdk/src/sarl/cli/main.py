@@ -32,6 +32,7 @@ from sarl.cli import (
     run,
     study,
     study_run,
+    tenant,
     tracking,
 )
 
@@ -79,6 +80,7 @@ app.add_typer(models.app, name="models")
 study.app.command("run")(study_run.run_command)
 app.add_typer(study.app, name="study")
 app.add_typer(tracking.app, name="tracking")
+app.add_typer(tenant.app, name="tenant")
 app.command("map")(maps.map_command)
 app.command("demo")(demo.demo_command)
 app.command("run")(run.run_command)
