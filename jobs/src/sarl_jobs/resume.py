@@ -19,11 +19,20 @@ verl places on it, not the HF weights), dispatched by the head (:mod:`sarl_jobs.
 With no URI configured, or an empty store, training starts from scratch; a store that cannot be
 read raises :class:`sarl.storage.StorageError` (starting over silently would overwrite the run's
 progress with step 1 again).
+
+Signed checkpoints (issue 36): with the namespace's ``SARL_CHECKPOINT_KEY`` in the pod's
+environment (the operator sets it from the Secret ``sarl-tenant``) the store refuses a newest
+checkpoint whose manifest is unsigned, signed with another namespace's key or changed after
+signing, and a file whose bytes do not match the manifest
+(:class:`sarl.storage.CheckpointRefused`), before any file reaches the directory the trainer
+loads from. The refusal fails the job, naming the checkpoint: neither an older checkpoint nor
+step 0 is used instead (either would hide a planted checkpoint and silently undo the run's
+progress). A checkpoint already on this node's scratch disk (written by this pod, or downloaded
+and verified before a container restart) is not verified again: only this pod writes there.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import shutil
@@ -181,16 +190,17 @@ def restore_verl_share(
     from sarl.storage import open_store
 
     store = open_store(str(settings.uri), endpoint_url=settings.endpoint_url)
-    part = dataclasses.replace(info, files=tuple(f for f in info.files if f.path in share))
+    part = [f for f in info.files if f.path in share]
     dest = checkpoint_dir / f"global_step_{info.step}"
     shutil.rmtree(dest, ignore_errors=True)  # an older or partial copy: the store's wins
     dest.parent.mkdir(parents=True, exist_ok=True)
-    store.download(part, dest)
+    # The whole manifest is what was signed: the store verifies it, then fetches the share.
+    store.download(info, dest, only=share)
     (checkpoint_dir / VERL_TRACKER).write_text(str(info.step))
     logger.info(
         "resuming verl from step %d of %s: %d of %d files, %.2f of %.2f GB on this node",
-        info.step, settings.uri, len(part.files), len(info.files),
-        part.total_bytes / 1e9, info.total_bytes / 1e9,
+        info.step, settings.uri, len(part), len(info.files),
+        sum(f.size for f in part) / 1e9, info.total_bytes / 1e9,
     )  # fmt: skip
     return info.step
 

@@ -8,13 +8,20 @@ A checkpoint is complete only once its manifest is written (last); see :mod:`sar
 for the rules. No torch imports: stores move files.
 """
 
-from sarl.storage.base import CheckpointInfo, CheckpointStore, FileEntry, StorageError
+from sarl.storage.base import (
+    CheckpointInfo,
+    CheckpointRefused,
+    CheckpointStore,
+    FileEntry,
+    StorageError,
+)
 from sarl.storage.factory import open_store, parse_s3_uri
 from sarl.storage.local import LocalCheckpointStore
 from sarl.storage.s3 import S3CheckpointStore
 
 __all__ = [
     "CheckpointInfo",
+    "CheckpointRefused",
     "CheckpointStore",
     "FileEntry",
     "LocalCheckpointStore",

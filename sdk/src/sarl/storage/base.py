@@ -8,6 +8,14 @@ download, where the bytes are read anyway). Anything else under the root — a s
 manifest, a manifest whose files are gone, a ``*.tmp-*`` directory of a killed save — is an
 incomplete leftover: never listed, never resumed from, removed by ``prune``.
 
+Signed checkpoints (issue 36): a store with a checkpoint key (``SARL_CHECKPOINT_KEY``,
+:mod:`sarl.storage.signing`) signs the manifests it writes; ``latest`` and ``download`` refuse
+(:class:`CheckpointRefused`) a manifest that is unsigned, signed with another key or changed
+since, before any file is fetched, and ``download`` a file not matching its sha256. A refusal is
+an error, never a silent fallback to an older checkpoint or step 0: the run fails naming the
+checkpoint and the fix. ``list``/``prune`` read manifests only and do not verify. No key: nothing
+is signed or verified, as before.
+
 A checkpoint that several machines wrote (a multi-node verl job: each node holds its ranks'
 shards) is saved in parts: :meth:`CheckpointStore.begin_parts`, then
 :meth:`~CheckpointStore.save_part` on every machine into the same ``files/`` tree, then one
@@ -23,6 +31,7 @@ stores are :class:`~sarl.storage.local.LocalCheckpointStore` and
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import hashlib
 import json
 import logging
@@ -32,12 +41,14 @@ import shutil
 import sys
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from sarl.storage.signing import CheckpointKey, Signature, problem, sign
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +62,11 @@ _CHUNK = 1024 * 1024
 
 class StorageError(RuntimeError):
     """A checkpoint store operation failed; the message is one line naming the URI and cause."""
+
+
+class CheckpointRefused(StorageError):
+    """A checkpoint that must not be loaded: its manifest does not verify with this namespace's
+    key, or a file does not match the manifest. Nothing of it was loaded."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +92,8 @@ class CheckpointInfo:
     files: tuple[FileEntry, ...]
     # A dict is not hashable; leaving it out of the hash keeps the frozen dataclass hashable.
     metadata: dict[str, Any] = field(default_factory=dict, hash=False)
+    #: The manifest's signature (:mod:`sarl.storage.signing`); None when unsigned.
+    signature: Signature | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -148,8 +166,9 @@ def hash_file(path: Path, relpath: str) -> FileEntry:
     return FileEntry(path=relpath, size=size, sha256=digest.hexdigest())
 
 
-def encode_manifest(info: CheckpointInfo) -> bytes:
-    doc = {
+def manifest_doc(info: CheckpointInfo) -> dict[str, Any]:
+    """The manifest of ``info`` as JSON data, without its signature (what a signature covers)."""
+    return {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
         "step": info.step,
@@ -157,7 +176,35 @@ def encode_manifest(info: CheckpointInfo) -> bytes:
         "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in info.files],
         "metadata": info.metadata,
     }
+
+
+def signed(info: CheckpointInfo, key: CheckpointKey | None) -> CheckpointInfo:
+    """``info`` with its signature by ``key`` (unchanged, unsigned, without a key)."""
+    if key is None:
+        return info
+    return dataclasses.replace(info, signature=sign(manifest_doc(info), key))
+
+
+def encode_manifest(info: CheckpointInfo) -> bytes:
+    doc = manifest_doc(info)
+    if info.signature is not None:
+        doc["signature"] = info.signature.to_json()
     return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+def check_signature(info: CheckpointInfo, key: CheckpointKey | None) -> None:
+    """Refuse ``info`` (:class:`CheckpointRefused`) when ``key`` is set and its manifest does not
+    verify with it (:func:`sarl.storage.signing.problem`); no key: nothing to check."""
+    if key is None:
+        return
+    why = problem(manifest_doc(info), info.signature, key)
+    if why is not None:
+        raise CheckpointRefused(
+            f"checkpoint {info.uri} is not signed with this namespace's key: refusing to load "
+            f"it; {why}. Only checkpoints written by this namespace's jobs (which sign with "
+            "SARL_CHECKPOINT_KEY) are resumed: delete this step, or point "
+            "storage.checkpoint_uri at a prefix only this namespace writes"
+        )
 
 
 def decode_manifest(data: bytes, step: int, uri: str) -> CheckpointInfo | None:
@@ -190,7 +237,9 @@ def _decode_manifest(data: bytes, step: int, uri: str) -> CheckpointInfo:
     metadata = doc.get("metadata", {})
     if not isinstance(metadata, dict) or not isinstance(doc["created_at"], str):
         raise ValueError("bad metadata or created_at")
-    return CheckpointInfo(step, uri, doc["created_at"], tuple(files), metadata)
+    raw = doc.get("signature")
+    signature = None if raw is None else Signature.from_json(raw)
+    return CheckpointInfo(step, uri, doc["created_at"], tuple(files), metadata, signature)
 
 
 def show_progress() -> bool:
@@ -262,6 +311,8 @@ class CheckpointStore(ABC):
 
     #: Root URI of the store (a local path or ``s3://bucket/prefix``).
     uri: str
+    #: Signs the manifests this store writes and verifies the ones it resumes (None: neither).
+    key: CheckpointKey | None = None
 
     @abstractmethod
     def check_access(self) -> None:
@@ -357,7 +408,7 @@ class CheckpointStore(ABC):
                     "different contents; each machine must save files under its own names"
                 )
         files = tuple(merged[path] for path in sorted(merged))
-        info = CheckpointInfo(step, self.step_uri(step), utc_now(), files, meta)
+        info = signed(CheckpointInfo(step, self.step_uri(step), utc_now(), files, meta), self.key)
         self._put_manifest(step, encode_manifest(info))
         if self._load(step) is None:  # a part's file is missing or has another size
             self._delete(step)
@@ -373,19 +424,28 @@ class CheckpointStore(ABC):
         return [info for info in found if info is not None]
 
     def latest(self) -> CheckpointInfo | None:
-        """The newest complete checkpoint, or None when there is none."""
+        """The newest complete checkpoint, or None when there is none. With a key, refuses it
+        (:class:`CheckpointRefused`) when its manifest does not verify: never an older one
+        instead, which would roll the run back without a word."""
         for step in sorted(self._step_numbers(), reverse=True):
             info = self._load(step)
             if info is not None:
+                check_signature(info, self.key)
                 return info
         return None
 
-    def download(self, info: CheckpointInfo, dest: Path) -> Path:
-        """Download ``info`` into the directory ``dest`` (created; must not hold files) with the
-        layout ``save`` was given, verifying every sha256. Files land in a temp sibling that is
-        renamed to ``dest`` only when all of them verified, so ``dest`` is complete or absent."""
+    def download(
+        self, info: CheckpointInfo, dest: Path, *, only: Collection[str] | None = None
+    ) -> Path:
+        """Download ``info`` (or its files named in ``only``) into the directory ``dest``
+        (created; must not hold files) with the layout ``save`` was given: the signature first
+        (over all of ``info``), then each file's sha256 (:class:`CheckpointRefused`). Files land
+        in a temp sibling renamed to ``dest`` only when all verified: complete or absent."""
         if info.uri != self.step_uri(info.step):
             raise ValueError(f"checkpoint {info.uri} does not belong to store {self.uri}")
+        check_signature(info, self.key)
+        if only is not None:
+            info = dataclasses.replace(info, files=tuple(f for f in info.files if f.path in only))
         dest = Path(dest)
         if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
             raise StorageError(f"cannot download {info.uri} to {dest}: it exists and is not empty")
@@ -429,8 +489,9 @@ class CheckpointStore(ABC):
 def _verify(path: Path, entry: FileEntry, uri: str) -> None:
     got = hash_file(path, entry.path)
     if got.size != entry.size or got.sha256 != entry.sha256:
-        raise StorageError(
+        raise CheckpointRefused(
             f"checksum mismatch for {uri}/{FILES_DIR}/{entry.path}: manifest has "
             f"{entry.size} bytes sha256 {entry.sha256[:12]}…, downloaded {got.size} bytes "
-            f"sha256 {got.sha256[:12]}…"
+            f"sha256 {got.sha256[:12]}…; refusing to load checkpoint {uri} (the file was "
+            "changed after the checkpoint was written)"
         )

@@ -16,6 +16,7 @@ from sarl.spec.model_source import valid_bucket_name
 from sarl.storage.base import CheckpointStore, StorageError
 from sarl.storage.local import LocalCheckpointStore
 from sarl.storage.s3 import S3CheckpointStore
+from sarl.storage.signing import CheckpointKey
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -47,20 +48,24 @@ def open_store(
     endpoint_url: str | None = None,
     access_key: str | None = None,
     secret_key: str | None = None,
+    checkpoint_key: CheckpointKey | None = None,
 ) -> CheckpointStore:
     """The store for ``uri``: ``s3://bucket/prefix`` -> S3, else a local path (``file://`` ok).
 
     The S3 endpoint not passed explicitly comes from ``AWS_ENDPOINT_URL`` (unset: AWS S3).
     S3 credentials not passed explicitly come from ``AWS_ACCESS_KEY_ID`` /
     ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``), the region from ``AWS_REGION`` or
-    ``AWS_DEFAULT_REGION`` (unset: discovered from the bucket). Raises ValueError for a malformed
-    URI or endpoint and StorageError when S3 credentials are missing.
+    ``AWS_DEFAULT_REGION`` (unset: discovered from the bucket). The checkpoint-signing key not
+    passed explicitly comes from ``SARL_CHECKPOINT_KEY`` (unset: checkpoints unsigned, see
+    :mod:`sarl.storage.signing`). Raises ValueError for a malformed URI, endpoint or key and
+    StorageError when S3 credentials are missing.
     """
     uri = uri.strip()
+    key = checkpoint_key or CheckpointKey.from_env(os.environ)
     scheme_match = _SCHEME.match(uri)
     scheme = scheme_match.group(1).lower() if scheme_match else None
     if scheme == "s3":
-        return _open_s3(uri, endpoint_url, access_key, secret_key)
+        return _open_s3(uri, endpoint_url, access_key, secret_key, key)
     if scheme not in (None, "file"):
         raise ValueError(
             f"storage.checkpoint_uri: unsupported scheme {scheme!r} in {uri!r}; "
@@ -69,11 +74,15 @@ def open_store(
     path = uri[len("file://") :] if scheme == "file" else uri
     if not path:
         raise ValueError(f"storage.checkpoint_uri: {uri!r} names no directory")
-    return LocalCheckpointStore(Path(path).expanduser())
+    return LocalCheckpointStore(Path(path).expanduser(), key=key)
 
 
 def _open_s3(
-    uri: str, endpoint_url: str | None, access_key: str | None, secret_key: str | None
+    uri: str,
+    endpoint_url: str | None,
+    access_key: str | None,
+    secret_key: str | None,
+    key: CheckpointKey | None,
 ) -> S3CheckpointStore:
     bucket, prefix = parse_s3_uri(uri)
     # The AWS SDKs' variable: cluster jobs get the platform's MinIO endpoint this way.
@@ -95,4 +104,5 @@ def _open_s3(
         # A session token belongs to the env key pair; never mix it with explicit keys.
         session_token=os.environ.get("AWS_SESSION_TOKEN") if from_env else None,
         region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+        key=key,
     )

@@ -40,10 +40,12 @@ from sarl.storage.base import (
     decode_manifest,
     encode_manifest,
     parse_step_name,
+    signed,
     source_files,
     step_name,
     utc_now,
 )
+from sarl.storage.signing import CheckpointKey
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +53,13 @@ _TMP_DIR = re.compile(r"^step-(\d{8,})\.tmp-[0-9a-f]{32}$")
 
 
 class LocalCheckpointStore(CheckpointStore):
-    """Checkpoints under the directory ``root`` (created on first save or ``check_access``)."""
+    """Checkpoints under the directory ``root`` (created on first save or ``check_access``);
+    ``key`` signs and verifies manifests (:mod:`sarl.storage.signing`)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, key: CheckpointKey | None = None) -> None:
         self.root = Path(root)
         self.uri = str(self.root)
+        self.key = key
 
     def step_uri(self, step: int) -> str:
         return str(self._step_dir(step))
@@ -85,7 +89,9 @@ class LocalCheckpointStore(CheckpointStore):
         try:
             (tmp / FILES_DIR).mkdir()
             entries = self._copy_in(sources, tmp / FILES_DIR, step)
-            info = CheckpointInfo(step, self.step_uri(step), utc_now(), entries, meta)
+            info = signed(
+                CheckpointInfo(step, self.step_uri(step), utc_now(), entries, meta), self.key
+            )
             if final.exists():
                 self._delete(step)  # manifest first: the old checkpoint stops being complete
             os.replace(tmp, final)

@@ -62,10 +62,12 @@ from sarl.storage.base import (
     encode_manifest,
     hash_file,
     parse_step_name,
+    signed,
     source_files,
     step_name,
     utc_now,
 )
+from sarl.storage.signing import CheckpointKey
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +185,10 @@ class S3CheckpointStore(CheckpointStore):
         session_token: str | None = None,
         region: str | None = None,
         secure: bool | None = None,
+        key: CheckpointKey | None = None,
     ) -> None:
         endpoint, is_secure = parse_endpoint(endpoint_url, secure)
+        self.key = key  # signs and verifies manifests (sarl.storage.signing)
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.endpoint_url = f"{'https' if is_secure else 'http'}://{endpoint}"
@@ -277,7 +281,7 @@ class S3CheckpointStore(CheckpointStore):
         meta = checked_metadata(metadata)
         sources = source_files(Path(local_dir))
         entries = tuple(hash_file(path, rel) for path, rel in sources)
-        info = CheckpointInfo(step, self.step_uri(step), utc_now(), entries, meta)
+        info = signed(CheckpointInfo(step, self.step_uri(step), utc_now(), entries, meta), self.key)
         manifest = encode_manifest(info)
         self._delete(step)  # replacing: manifest first, then the old files
         with Progress(info.total_bytes, f"save step {step}") as progress:

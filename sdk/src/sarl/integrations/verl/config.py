@@ -48,6 +48,9 @@ verl nor Hydra. Every key is checked against verl 0.9.1's own config by
   its path (``VERL_FILE_LOGGER_PATH``) from the environment of verl's TaskRunner actor, so it is
   passed through Ray's ``runtime_env``; the checkpoint callback gets it as
   ``sarl.tracking.metrics_file``. Without one, ``[console]``: nothing is tracked.
+* Checkpoint loading: every Ray worker runs :data:`SAFE_LOAD_HOOK` first (``runtime_env.
+  worker_process_setup_hook``), so verl reads its checkpoint files with ``torch.load
+  (weights_only=True)``, never full pickle (:mod:`sarl_jobs.safe_load`, issue 36).
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ from sarl.spec.experiment import Experiment
 #: spec ``algorithm.name`` -> verl 0.9.1 ``algorithm.adv_estimator``.
 ADV_ESTIMATORS: Final = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo"}
 CHECKPOINT_CALLBACK: Final = "sarl_jobs.checkpoints.StoreCheckpointCallback"
+#: Run in every Ray worker before verl's code: checkpoints load without full pickle.
+SAFE_LOAD_HOOK: Final = "sarl_jobs.safe_load.install"
 #: verl's replay buffer with the reward-validity metrics (``trainer.v1.sampler.custom_sampler``).
 SAMPLER_PATH: Final = "pkg://sarl.integrations.verl.sampler"
 SAMPLER_NAME: Final = "SarlReplayBuffer"
@@ -138,6 +143,7 @@ def verl_overrides(
     lines += _reward(exp)
     lines += _storage(exp, checkpoint_uri, endpoint_url)
     lines += _tracking_env(metrics_file)
+    lines.append(f"++ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={SAFE_LOAD_HOOK}")
     return lines
 
 
