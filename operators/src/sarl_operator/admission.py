@@ -43,6 +43,7 @@ from sarl.plan import store_capacity_from_env
 from sarl.rewards.cluster_names import allowed_reward_modules
 from sarl.spec.secrets import redact_text
 from sarl_operator.admission_plan import spec_violation
+from sarl_operator.platform_settings import Platform
 from sarl_operator.tenant_specs import as_spec_error, for_cluster
 
 GROUP: Final = "sarl.dev"
@@ -262,15 +263,16 @@ def refusal(
     body: Mapping[str, Any], operation: str, old: Mapping[str, Any] | None, env: Mapping[str, str]
 ) -> str | None:
     """Why the webhook refuses this CREATE or UPDATE, or None. The spec is validated for the
-    cluster (:func:`~sarl_operator.tenant_specs.for_cluster`: no module it names is imported),
-    only on CREATE or when an UPDATE changes it."""
+    cluster (:func:`~sarl_operator.tenant_specs.for_cluster`: no module it names is imported)
+    and checked against the tenant policy of the platform in ``env`` (``SARL_TENANTS``), only
+    on CREATE or when an UPDATE changes it."""
     allowed = allowed_registries(env)
     found = new_image_violations(body, old if operation == "UPDATE" else None, allowed)
     if found:
         return "; ".join(found)
     if operation == "CREATE" or (old is not None and old.get("spec") != body.get("spec")):
         with for_cluster(env):
-            return spec_violation(body, store_capacity_from_env(env))
+            return spec_violation(body, store_capacity_from_env(env), Platform.from_env(env))
     return None
 
 

@@ -20,6 +20,9 @@ from sarl.plan import check_plan, check_study_plan
 from sarl.spec.loader import load_study, validate_document
 from sarl.spec.secrets import redact_text
 from sarl.spec.study import STUDY_KIND
+from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
+from sarl_operator.tenant_policy import violations
+from sarl_operator.tenant_review import study_violations
 
 #: Stands in for the URL of a chat endpoint the operator serves, so such a spec validates.
 _SERVED: Final = "http://served-by-the-sarl-operator.invalid/openai"
@@ -36,20 +39,29 @@ def _document(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def spec_violation(body: Mapping[str, Any], store_capacity: int | None) -> str | None:
-    """Why ``body``'s spec is invalid (the loader's message, naming the field) or its plan does
-    not fit, or None. Run by the webhook within
+def spec_violation(
+    body: Mapping[str, Any], store_capacity: int | None, platform: Platform = DEFAULT_PLATFORM
+) -> str | None:
+    """Why ``body``'s spec is invalid (the loader's message, naming the field), reaches outside
+    its namespace's tenant policy on ``platform`` (:mod:`sarl_operator.tenant_review`, as the
+    handlers check it) or its plan does not fit, or None. Run by the webhook within
     :func:`~sarl_operator.tenant_specs.for_cluster`, so a reward is a registered or
     allow-listed name, never imported."""
     doc = _document(body)
+    namespace = str(doc["metadata"]["namespace"] or "")
     try:
         if doc["kind"] == STUDY_KIND:
             study = load_study(doc)
-            runs = [(f"{r.arm}, seed {r.seed}", r.experiment) for r in study.runs()]
+            expanded = study.runs()
+            runs = [(f"{r.arm}, seed {r.seed}", r.experiment) for r in expanded]
+            refused = study_violations(study, expanded, namespace, platform)
         else:
             study, runs = None, [("", validate_document(doc))]
+            refused = violations(runs[0][1], namespace, platform)
     except ValueError as e:  # SpecError, or a Study's runs that do not expand
         return redact_text(str(e))
+    if refused:
+        return redact_text("; ".join(refused))
     try:
         if study is not None:  # the Study's total first: it is what the store must hold
             check_study_plan(study, store_capacity)
