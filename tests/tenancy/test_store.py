@@ -181,6 +181,9 @@ def test_a_uses_its_own_prefixes_and_reads_shared(store: Store, tmp_path: Path) 
         access_key=key_id,
         secret_key=secret,
     )
+    # The trainer's pre-run check with a key limited to its prefix (S3 authorises HeadBucket
+    # as an s3:ListBucket without prefix, which the policy refuses).
+    checkpoints.check_access()
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "weights.safetensors").write_bytes(b"weights")
     checkpoints.save(3, tmp_path / "out", {"step": 3})

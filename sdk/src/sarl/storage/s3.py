@@ -227,9 +227,20 @@ class S3CheckpointStore(CheckpointStore):
 
     def check_access(self) -> None:
         """Endpoint reachable, bucket exists (never created here), a probe object can be written
-        and deleted."""
+        and deleted.
+
+        The bucket is checked by listing the store's own prefix, not by HeadBucket: S3 authorises
+        HeadBucket as an ``s3:ListBucket`` without prefix, which a tenant's key limited to its
+        prefixes (``sarl.cluster.store_access``) is refused."""
+        exists = True
         with self._errors(f"checking bucket '{self.bucket}'"):
-            exists = self._probe.bucket_exists(self.bucket)
+            try:
+                root = self._key("") + "/" if self.prefix else ""
+                next(iter(self._probe.list_objects(self.bucket, prefix=root)), None)
+            except S3Error as e:
+                if e.code != "NoSuchBucket":
+                    raise
+                exists = False
         if not exists:
             raise StorageError(
                 f"bucket '{self.bucket}' does not exist at {self.endpoint_url}; "
