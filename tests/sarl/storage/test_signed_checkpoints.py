@@ -138,3 +138,20 @@ def _raw_manifest(harness: Harness) -> bytes:
             "signature": info.signature.to_json() if info.signature else None,
         }
     ).encode()  # fmt: skip
+
+
+def test_a_planted_newer_step_does_not_make_prune_delete_the_owners_checkpoints(
+    signed: Harness, make_checkpoint: Callable[[int], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Team B's job (its key) plants steps 5 and 6 in team A's store; team A's prune with
+    keep_last 1 keeps its own step 1 (the newest that verifies) and leaves the planted steps for
+    the owner to inspect instead of counting them as the newest."""
+    planter = _reopened(signed, KEY_B, monkeypatch)
+    planter.store.save(5, make_checkpoint(5), {})
+    planter.store.save(6, make_checkpoint(6), {})
+    owner = _reopened(signed, KEY_A, monkeypatch)
+    assert owner.store.prune(keep_last=1) == []
+    assert [info.step for info in owner.store.list()] == [1, 5, 6]
+    owner.store.save(2, make_checkpoint(2), {})
+    assert owner.store.prune(keep_last=1) == [1]
+    assert [info.step for info in owner.store.list()] == [2, 5, 6]

@@ -13,8 +13,9 @@ Signed checkpoints (issue 36): a store with a checkpoint key (``SARL_CHECKPOINT_
 (:class:`CheckpointRefused`) a manifest that is unsigned, signed with another key or changed
 since, before any file is fetched, and ``download`` a file not matching its sha256. A refusal is
 an error, never a silent fallback to an older checkpoint or step 0: the run fails naming the
-checkpoint and the fix. ``list``/``prune`` read manifests only and do not verify. No key: nothing
-is signed or verified, as before.
+checkpoint and the fix. ``list`` reads manifests only and does not verify; ``prune`` neither
+counts nor deletes a step whose manifest does not verify. No key: nothing is signed or verified,
+as before.
 
 A checkpoint that several machines wrote (a multi-node verl job: each node holds its ranks'
 shards) is saved in parts: :meth:`CheckpointStore.begin_parts`, then
@@ -473,17 +474,33 @@ class CheckpointStore(ABC):
         may be a save in progress). Returns the deleted steps, ascending."""
         if keep_last < 1:
             raise ValueError(f"keep_last must be >= 1, got {keep_last}")
-        complete = [info.step for info in self.list()]
+        listed = self.list()
+        # With a key, a checkpoint whose signature does not verify (planted, or from another
+        # namespace) neither counts towards keep_last nor is deleted: a planted newer step must
+        # not make the run prune its own checkpoints, and it stays for the owner to inspect.
+        foreign = {info.step for info in listed if not _verifies(info, self.key)}
+        complete = [info.step for info in listed if info.step not in foreign]
         if not complete:
             return []
         keep, newest = set(complete[-keep_last:]), complete[-1]
         deleted = []
         for step in sorted(self._step_numbers()):
+            if step in foreign:
+                continue
             if step not in keep and (step in complete or step < newest):
                 self._delete(step)
                 deleted.append(step)
         deleted.extend(self._delete_leftovers(before=newest))
         return sorted(set(deleted))
+
+
+def _verifies(info: CheckpointInfo, key: CheckpointKey | None) -> bool:
+    """Whether ``info``'s manifest verifies with ``key`` (always, without a key)."""
+    try:
+        check_signature(info, key)
+    except CheckpointRefused:
+        return False
+    return True
 
 
 def _verify(path: Path, entry: FileEntry, uri: str) -> None:
