@@ -17,6 +17,14 @@ No ``--allowed-hosts`` is needed: MLflow's security middleware allows ``127.0.0.
 ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`` skips the background job runner (a huey consumer
 that tests never use), which saves processes and start-up time.
 
+``auth=MlflowAuth(...)`` starts MLflow's basic-auth app instead (``--app-name basic-auth``, MLflow
+3.17.2 ``mlflow/server/auth/``): its config file (``MLFLOW_AUTH_CONFIG_PATH``, keys of
+``basic_auth.ini``: ``default_permission``, ``database_uri``, ``admin_username``), the admin's
+password in ``MLFLOW_AUTH_ADMIN_PASSWORD`` (MLflow ships none and refuses to start without one)
+and the static ``MLFLOW_FLASK_SERVER_SECRET_KEY`` its CSRF protection requires; the auth database
+is SQLite next to the backend store, as the platform chart's default. It needs Flask-WTF
+(``mlflow[auth]``).
+
 The server runs in its own session (process group): on exit — normal or by exception — the whole
 group (``mlflow`` plus its ``uvicorn`` worker) gets SIGTERM, then SIGKILL if it lingers, so no
 process outlives the ``with`` block.
@@ -41,6 +49,35 @@ _STOP_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
+class MlflowAuth:
+    """Settings of MLflow's basic-auth app for :func:`running_mlflow_server`."""
+
+    admin_username: str = "admin"
+    admin_password: str = "admin-password-for-tests"
+    #: NO_PERMISSIONS as the platform chart sets it: a user reads only what it was granted.
+    default_permission: str = "NO_PERMISSIONS"
+
+    def config(self, tmp_dir: Path) -> str:
+        """``basic_auth.ini`` (MLflow 3.17.2 ``mlflow/server/auth/config.py`` reads these keys)."""
+        return (
+            "[mlflow]\n"
+            f"default_permission = {self.default_permission}\n"
+            f"database_uri = sqlite:///{tmp_dir / 'basic_auth.db'}\n"
+            f"admin_username = {self.admin_username}\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+        )
+
+    def env(self, tmp_dir: Path) -> dict[str, str]:
+        path = tmp_dir / "basic_auth.ini"
+        path.write_text(self.config(tmp_dir))
+        return {
+            "MLFLOW_AUTH_CONFIG_PATH": str(path),
+            "MLFLOW_AUTH_ADMIN_PASSWORD": self.admin_password,
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": "static-test-secret-key",
+        }
+
+
+@dataclass(frozen=True)
 class MlflowServer:
     """A running server: ``url`` is its tracking URI, e.g. ``http://127.0.0.1:54321``."""
 
@@ -60,7 +97,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @contextlib.contextmanager
 def running_mlflow_server(
-    tmp_dir: Path, *, port: int = 0, host: str = "127.0.0.1", startup_timeout_s: float = 90.0
+    tmp_dir: Path,
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    startup_timeout_s: float = 90.0,
+    auth: MlflowAuth | None = None,
 ) -> Iterator[MlflowServer]:
     """Run ``mlflow server`` with its state in ``tmp_dir`` until the block exits.
 
@@ -68,7 +110,7 @@ def running_mlflow_server(
     e.g. a bridge that test network namespaces reach; MLflow's default allowed hosts include
     the private ranges). Waits until ``GET /health`` answers (a cold start takes about
     10 s); raises ``RuntimeError`` with the log's tail if the server exits or does not get ready
-    within ``startup_timeout_s``.
+    within ``startup_timeout_s``. ``auth``: the basic-auth app with these settings.
     """
     tmp_dir = Path(tmp_dir).resolve()
     tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -81,8 +123,13 @@ def running_mlflow_server(
         *("--backend-store-uri", db_uri),
         *("--artifacts-destination", str(artifacts), "--serve-artifacts"),
         *("--host", host, "--port", str(port), "--workers", "1"),
+        *(("--app-name", "basic-auth") if auth else ()),
     ]
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env = {
+        **os.environ,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        **(auth.env(tmp_dir) if auth else {}),
+    }
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             command,

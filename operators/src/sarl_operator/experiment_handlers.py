@@ -89,6 +89,7 @@ from sarl_operator.reconcile import (
     write_fresh_status,
 )
 from sarl_operator.status import condition, desired_status, job_phase, run_ended
+from sarl_operator.tenant_mlflow import authenticated, progress_trackers, scoped
 from sarl_operator.tenant_review import refuse_outside_policy
 from sarl_operator.tenant_specs import as_spec_error
 from sarl_operator.tracking import MlflowTracking, Progress, RunRef, TrackingError
@@ -120,7 +121,8 @@ def experiment_from_body(
     body: Mapping[str, Any], platform: Platform = DEFAULT_PLATFORM
 ) -> Experiment:
     """Validate the custom resource as an Experiment (served chat endpoints filled in first)
-    within the tenant policy of ``platform``; raises SpecError naming the field."""
+    within the tenant policy of ``platform``, its MLflow experiment scoped to the namespace
+    under tenancy (``tenant_mlflow.scoped``); raises SpecError naming the field."""
     meta = body.get("metadata") or {}
     name, namespace = meta.get("name"), meta.get("namespace")
     spec = dict(body.get("spec") or {})
@@ -135,7 +137,7 @@ def experiment_from_body(
     try:
         exp = load_experiment(doc)
         refuse_outside_policy(exp, str(namespace or ""), platform)
-        return exp
+        return scoped(exp, str(namespace or ""), platform)
     except BaseException as e:  # any: the timer and reconcile see a SpecError (STOPS pass)
         raise as_spec_error(e) from e
 
@@ -279,6 +281,7 @@ def reconcile(
     refreshed = functools.partial(
         refresh_status, body, patch, api, exp=exp, settings=settings, post_event=post_event
     )
+    tracker_factory = authenticated(tracker_factory, api, namespace, settings)
     try:
         run_id, url, tracking = ensure_tracking(body, exp, settings, tracker_factory)
     except TrackingError as e:
@@ -358,14 +361,16 @@ def reads_progress(status: Mapping[str, Any]) -> bool:
     return status.get("phase") != "Queued"
 
 
-def read_progress(settings: Settings, exp: Experiment, run_id: str) -> Progress | None:
+def read_progress(
+    settings: Settings, exp: Experiment, run_id: str, trackers: Callable[[str], Tracker]
+) -> Progress | None:
     """Latest step/reward of the run; None (keep the last values) when there is no run or the
     read fails (logged as a warning: the timer tries again next interval)."""
     uri = settings.tracking_uri_of(exp)
     if not (uri and run_id):
         return None
     try:
-        return MlflowTracking(uri, max_retries=1).latest_progress(run_id)
+        return trackers(uri).latest_progress(run_id)
     except TrackingError as e:
         log.warning("Experiment %s: metrics not read, keeping the last values: %s", exp.name, e)
         return None
@@ -478,7 +483,9 @@ def refresh(
         status = fresh.get("status") or {}
         if not read:
             run_id = str(status.get("mlflowRunId") or "")
-            read.append(read_progress(settings, exp, run_id) if reads_progress(status) else None)
+            trackers = progress_trackers(api, fresh["metadata"]["namespace"], settings)
+            queued = not reads_progress(status)
+            read.append(None if queued else read_progress(settings, exp, run_id, trackers))
         try:
             return observed_status(
                 fresh, api, exp=exp, settings=settings, post_event=post_event, progress=read[0]

@@ -93,6 +93,11 @@ class Settings:
     retry_delay_s: float = WAIT_RETRY_DELAY_S
     #: Image prefixes an Experiment may name (``SARL_ALLOWED_IMAGE_REGISTRIES``); empty: any.
     allowed_registries: tuple[str, ...] = ()
+    #: The operator's own MLflow user (``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``, chart
+    #: ``mlflow.auth.existingSecret``); tenants' runs use theirs (``tenant_mlflow``).
+    mlflow_auth: tuple[str, str] | None = field(default=None, repr=False)
+    #: Where the tenants' platform copy Secrets are (``SARL_OPERATOR_NAMESPACE``).
+    operator_namespace: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -104,6 +109,8 @@ class Settings:
             platform=Platform.from_env(env),
             retry_delay_s=_seconds(env, "SARL_RETRY_DELAY_S", WAIT_RETRY_DELAY_S),
             allowed_registries=allowed_registries(env),
+            mlflow_auth=_mlflow_auth(env),
+            operator_namespace=env.get("SARL_OPERATOR_NAMESPACE", ""),
         )
 
     def image_of(self, exp: Experiment) -> str:
@@ -124,6 +131,13 @@ class Settings:
     def ui_url_of(self, exp: Experiment) -> str:
         """Base of run URLs: the spec's own server, else SARL_MLFLOW_UI_URL, else the URI."""
         return self._spec_uri(exp) or self.ui_url or self.tracking_uri
+
+
+def _mlflow_auth(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The operator's MLflow user from its environment; None unless both are set."""
+    username = env.get("MLFLOW_TRACKING_USERNAME", "")
+    password = env.get("MLFLOW_TRACKING_PASSWORD", "")
+    return (username, password) if username and password else None
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -236,12 +236,13 @@ def report_job(
     tracking_uri: str,
     platform: Platform = DEFAULT_PLATFORM,
 ) -> dict[str, Any]:
-    """Job ``<study>-report``: ``sarl study report <study> --tracking-uri $MLFLOW_TRACKING_URI
-    --out /tmp/report --finish`` on CPU, built like the evaluation Job (same pod builder and
-    environment, ``MLFLOW_RUN_ID`` = the parent run, ``SARL_CONFIG`` = the mounted
+    """Job ``<study>-report``: ``sarl study report $MLFLOW_RUN_ID --tracking-uri
+    $MLFLOW_TRACKING_URI --out /tmp/report --finish`` on CPU, built like the evaluation Job (same
+    pod builder and environment, ``MLFLOW_RUN_ID`` = the parent run, ``SARL_CONFIG`` = the mounted
     ``study.yaml``), after an init container that logs ``study.yaml`` to the parent run
     (``mlflow artifacts log-artifact``). The report logs itself under ``report/`` of the parent
-    run, then closes that run (``--finish``)."""
+    run, then closes that run (``--finish``). The run is named by its id, never found by the
+    Study's name: the newest parent run of a name may be another team's (issue 36)."""
     base = base_experiment(study, namespace)
     env = job_pods.job_env(
         base, namespace, parent_run_id, tracking_uri, platform, config_file=STUDY_FILE
@@ -254,7 +255,7 @@ def report_job(
         "args": [
             "study",
             "report",
-            study.name,
+            "$(MLFLOW_RUN_ID)",  # the parent run the operator created, by id
             "--tracking-uri",
             "$(MLFLOW_TRACKING_URI)",
             "--out",

@@ -51,7 +51,7 @@ from sarl.spec.experiment import API_VERSION, KIND
 from sarl.spec.loader import SpecError, load_study
 from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study, StudyRun
 from sarl.tracking.describe import experiment_description, study_description
-from sarl_operator import study_builders, study_status
+from sarl_operator import study_builders, study_status, tenant_mlflow
 from sarl_operator.admission import image_violations
 from sarl_operator.kube import KubeApi, controlled_by
 from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
@@ -219,19 +219,22 @@ def ensure_parent_run(
     """(parent run id, its URL, TrackingReady condition); raises TrackingError when MLflow fails.
 
     Found by the Study's uid tag (or created) in the Study's MLflow experiment, the one its runs
-    log to; a run id already in the status is reused without calling MLflow."""
-    base = study_builders.base_experiment(study, body["metadata"]["namespace"])
+    log to (under tenancy ``<ns>/<name>``, as the tenant's MLflow user: ``tenant_mlflow``); a
+    run id already in the status is reused without calling MLflow."""
+    namespace = body["metadata"]["namespace"]
+    base = study_builders.base_experiment(study, namespace)
+    experiment = tenant_mlflow.scoped_name(study.mlflow_experiment, namespace, settings.platform)
 
     def ensure(tracker: Tracker, meta: Mapping[str, Any]) -> RunRef:
         tags = {**study.spec.base.tracking.tags, TAG_ROLE: "study", TAG_STUDY: study.name}
         return tracker.ensure_run(
-            study.mlflow_experiment,
+            experiment,
             run_name=study.name,
             namespace=meta["namespace"],
             uid=meta["uid"],
             tags=tags,
             description=study_description(study),
-            experiment_description=experiment_description(study.mlflow_experiment, study),
+            experiment_description=experiment_description(experiment, study),
         )
 
     return tracked_run(
@@ -427,6 +430,7 @@ def reconcile(
 ) -> None:
     """Validate, get the parent run, apply the ConfigMap, create runs, patch the status."""
     meta = body["metadata"]
+    tracker_factory = tenant_mlflow.authenticated(tracker_factory, api, meta["namespace"], settings)
     try:
         study = study_from_body(body, settings.platform)
         # The admission webhook refuses these first; this holds when it is off or was bypassed.

@@ -30,7 +30,7 @@ import logging
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import httpx
@@ -143,6 +143,21 @@ def progress_from_metrics(metrics: Sequence[Mapping[str, Any]]) -> Progress | No
     return None
 
 
+def denied_hint(status: int) -> str:
+    """What a refusal by MLflow's basic-auth app means for the operator (empty otherwise)."""
+    if status == 401:
+        return (
+            " (MLflow refused the credentials: the tenant's MLflow user is created from its "
+            "Secret by `helm upgrade`; the operator's own is mlflow.auth.existingSecret)"
+        )
+    if status == 403:
+        return (
+            " (the MLflow user has no permission on it: another MLflow user created it; an "
+            "MLflow admin can delete or re-grant it)"
+        )
+    return ""
+
+
 # ---- the client ----
 
 
@@ -174,6 +189,7 @@ class MlflowTracking:
     max_backoff_s: float = 4.0
     transport: httpx.BaseTransport | None = None
     sleep: Callable[[float], None] = time.sleep
+    auth: tuple[str, str] | None = field(default=None, repr=False)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> tuple[int, dict[str, Any]]:
         """(status, JSON body) of one request, retried while transient; 200 and 4xx return."""
@@ -187,7 +203,7 @@ class MlflowTracking:
                 with httpx.Client(
                     timeout=timeout, transport=self.transport, verify=_ssl_context()
                 ) as client:
-                    response = client.request(method, url, **kwargs)
+                    response = client.request(method, url, auth=self.auth, **kwargs)
             except httpx.HTTPError as e:  # timeouts, refused/reset connections
                 cause = f"{type(e).__name__}: {e}"
                 log.warning("MLflow %s %s; attempt %d", url, cause, attempt + 1)
@@ -207,7 +223,8 @@ class MlflowTracking:
         status, body = self._call(method, path, **kwargs)
         if status != 200:
             raise TrackingError(
-                f"MLflow {path}: HTTP {status}: {body.get('message') or body.get('error_code')}"
+                f"MLflow {path}: HTTP {status}: "
+                f"{body.get('message') or body.get('error_code')}{denied_hint(status)}"
             )
         return body
 
@@ -228,7 +245,9 @@ class MlflowTracking:
                 self._add_experiment_tags(eid, tag_map(experiment), about)
                 return eid
             if body.get("error_code") != "RESOURCE_DOES_NOT_EXIST":
-                raise TrackingError(f"MLflow experiments/get-by-name {name!r}: HTTP {status}")
+                raise TrackingError(
+                    f"MLflow experiments/get-by-name {name!r}: HTTP {status}{denied_hint(status)}"
+                )
             tags = key_values(redact(experiment_tags(about)))
             status, body = self._call(
                 "POST", "experiments/create", json={"name": name, "tags": tags}

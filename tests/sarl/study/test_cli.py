@@ -57,14 +57,20 @@ def test_no_log_leaves_the_parent_run_alone(
 def test_finish_closes_the_parent_run(
     store_uri: str, logged_study: tuple[Study, str], tmp_path: Path
 ) -> None:
-    """What the cluster's report Job runs: the parent run ends FINISHED, not RUNNING."""
+    """What the cluster's report Job runs (the parent run by id): it ends FINISHED, not
+    RUNNING. A run found by Study name is never closed (issue 36: it may be another team's)."""
     study, parent_id = logged_study
     client = MlflowClient(store_uri)
     client.update_run(parent_id, status="RUNNING")
-    args = ["report", study.name, "--tracking-uri", store_uri, "--out", str(tmp_path)]
+    args = ["report", parent_id, "--tracking-uri", store_uri, "--out", str(tmp_path)]
     result = CliRunner().invoke(sarl.cli.study.app, args)
     assert result.exit_code == 0, result.output
     assert client.get_run(parent_id).info.status == "RUNNING"  # not without --finish
+    by_name = ["report", study.name, "--tracking-uri", store_uri, "--out", str(tmp_path)]
+    result = CliRunner().invoke(sarl.cli.study.app, [*by_name, "--finish"])
+    assert result.exit_code == 2
+    assert "pass the parent run's MLflow id" in result.output
+    assert client.get_run(parent_id).info.status == "RUNNING"
     result = CliRunner().invoke(sarl.cli.study.app, [*args, "--finish"])
     assert result.exit_code == 0, result.output
     assert client.get_run(parent_id).info.status == "FINISHED"

@@ -1,7 +1,9 @@
 """``sarl compare``: put MLflow runs side by side — params that differ, final metrics, curves.
 
 Runs are named by id or name, a Study by its name (its arm x seed runs, grouped by arm in the
-curves), an experiment by ``-e`` (its runs; a Study's parent run is never one of them).
+curves), an experiment by ``-e`` (its runs; a Study's parent run is never one of them). On a
+platform with tenants only the caller's namespace's experiments (``--namespace``, else the
+kubeconfig context's for a remote server) unless ``--all-namespaces`` (:mod:`sarl.tracking.scope`).
 
 Registered in ``main.py`` as ``app.command("compare")(compare.compare_command)``. The work and the
 tables are :mod:`sarl.tracking.compare`'s (the same ``Comparison`` a notebook displays); this
@@ -11,6 +13,7 @@ are imported inside the command so ``sarl --help`` stays fast.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -63,20 +66,40 @@ def compare_command(
             help="Only the newest run of each experiment (of a Study's: its newest Study's runs).",
         ),
     ] = False,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="Compare this namespace's runs (experiments NS/...). Default with a remote "
+            "tracking server: the kubeconfig context's namespace.",
+            metavar="NS",
+            show_default=False,
+        ),
+    ] = None,
+    all_namespaces: Annotated[
+        bool,
+        typer.Option(
+            "--all-namespaces", "-A", help="Compare runs of every namespace you may read."
+        ),
+    ] = False,
 ) -> None:
     """Compare runs: params that differ, final metrics, and reward / accuracy / SR / length /
-    KL / entropy curves in one PNG (a Study's arms in one colour each, seeds thin, mean thick)."""
+    KL / entropy curves in one PNG (a Study's arms in one colour each, seeds thin, mean thick).
+    On a platform with tenants, runs of your namespace's experiments only (``NS/<name>``)."""
     if not runs and not experiment:
         raise fail("give run ids or names (or a Study's name) and/or --experiment NAME")
     from rich.console import Console
 
     from sarl.tracking.compare import compare_runs, plot_curves
+    from sarl.tracking.scope import default_namespace
     from sarl.tracking.tracker import TrackingError, default_tracking_uri
 
     uri = tracking_uri or default_tracking_uri(workdir)
+    scope = default_namespace(namespace, all_namespaces, uri, os.environ)
     try:
         comparison = compare_runs(
-            uri, run_ids=runs or (), experiments=experiment or (), latest=latest
+            uri, run_ids=runs or (), experiments=experiment or (), latest=latest, namespace=scope
         )
     except TrackingError as e:
         raise fail(str(e)) from e

@@ -70,7 +70,8 @@ def report_command(
         typer.Option(
             "--finish",
             help="Then mark the parent run FINISHED (the Study is over; the cluster's report "
-            "Job does this, a local `sarl study run` finishes its parent itself).",
+            "Job does this, a local `sarl study run` finishes its parent itself). Needs the "
+            "parent run's id: a run found by Study name is never closed.",
         ),
     ] = False,
 ) -> None:
@@ -80,18 +81,25 @@ def report_command(
     The curves: held-out accuracy, SR, length, KL and entropy per arm.
     With reward validity logged: its table, its curves, the flag of a reward up at chance.
     """
+    from sarl.study.history import find_parent_run
     from sarl.study.report import ReportFiles, report_for
+    from sarl.tracking.lookup import RUN_ID
     from sarl.tracking.tracker import TrackingError, default_tracking_uri
 
+    if finish and not RUN_ID.match(study.strip()):
+        # Closing the newest run of a name could close another team's run of that name
+        # (issue 36): the cluster's report Job passes the id of the run the operator created.
+        raise fail(f"--finish closes one run: pass the parent run's MLflow id, not {study!r}")
     uri = tracking_uri or default_tracking_uri(workdir)
     try:
-        report = report_for(uri, study, out, log=log)
+        parent = find_parent_run(uri, study)  # once: the run reported is the run closed
+        report = report_for(uri, parent, out, log=log)
     except (TrackingError, ValueError) as e:
         raise fail(str(e)) from e
     except OSError as e:
         raise fail(f"--out {out or 'out/<study>'}: {e.strerror or e}") from e
     if finish:
-        _finish_parent(uri, study)
+        _finish_parent(uri, parent)
     files = ReportFiles.under(out or Path("out") / report.study)
     print_report(report, files.paths)
 
@@ -117,14 +125,13 @@ def print_report(report: StudyReport, written: Iterable[Path]) -> None:
         console.print(f"wrote {path}", markup=False, highlight=False)
 
 
-def _finish_parent(uri: str, study: str) -> None:
-    """Close the Study's parent run as FINISHED (one line and exit 2 if MLflow refuses)."""
-    from sarl.study.history import find_parent_run
+def _finish_parent(uri: str, parent: str) -> None:
+    """Close the Study's parent run ``parent`` (its id) as FINISHED (one line and exit 2 if
+    MLflow refuses)."""
     from sarl.tracking.store import guarded, make_client
     from sarl.tracking.tracker import TrackingError
 
     try:
-        parent = find_parent_run(uri, study)
         client = make_client(uri)
         guarded(uri, f"closing run {parent}", lambda: client.set_terminated(parent, "FINISHED"))
     except (TrackingError, ValueError) as e:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sarl import display
+from sarl.cluster.tenancy import mlflow_experiment_name
 from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY
 from sarl.tracking.history import Points, metric_histories
 from sarl.tracking.lookup import (
@@ -40,6 +41,7 @@ from sarl.tracking.lookup import (
     search_runs,
 )
 from sarl.tracking.metrics import curve_metrics
+from sarl.tracking.scope import in_namespace
 from sarl.tracking.store import (
     TrackingError,
     bound_http_retries,
@@ -286,8 +288,10 @@ def compare_runs(
     run_ids: Sequence[str] = (),
     experiments: Sequence[str] = (),
     latest: bool = False,
+    namespace: str = "",
 ) -> Comparison:
-    """Read the runs ``run_ids`` names plus all active runs of ``experiments`` from ``uri``.
+    """Read the runs ``run_ids`` names plus all active runs of ``experiments`` from ``uri``;
+    with ``namespace``, of its experiments only (``<ns>/<name>``, :mod:`sarl.tracking.scope`).
 
     ``run_ids`` may hold run ids, run names (the newest run of that name) and Study names or
     parent runs (the Study's arm x seed runs; :func:`sarl.tracking.lookup.find_runs`). A
@@ -308,7 +312,11 @@ def compare_runs(
     preflight(uri)
     bound_http_retries()
     client = make_client(uri)
+    experiments = [mlflow_experiment_name(namespace, e) if namespace else e for e in experiments]
     runs = _resolve_runs(client, uri, run_ids, experiments)
+    if namespace:
+        names = _experiment_names(client, uri, runs)
+        runs = in_namespace(runs, [names[r.info.experiment_id] for r in runs], namespace, uri)
     if latest:
         runs = _newest_per_experiment(runs)
     runs = _by_group(runs, _arm_order(client, uri, runs))
