@@ -8,7 +8,10 @@ a temporary directory (or, with ``backendStore.existingSecret``, a local SQLite 
 Secret's ``MLFLOW_BACKEND_STORE_URI``), ``MLFLOW_S3_ENDPOINT_URL`` -> the suite's S3 server
 (moto, a real S3 HTTP server: ``s3_endpoint`` in tests/conftest.py) and the credentials'
 ``secretKeyRef`` -> dummy keys. The client gets no S3 endpoint or credentials, so the artifact
-can only reach the bucket through the server.
+can only reach the bucket through the server. With ``mlflow.auth`` (the default) the server is
+MLflow's basic-auth app: the init container's script writes its config into the temporary
+directory (``/etc/mlflow-auth`` made local, the SQLite user database there), the admin and the
+Flask key are dummies, the client logs in as that admin, and an anonymous request is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ from tests.charts.rendering import PLATFORM, Case, objects_of_kind
 pytestmark = pytest.mark.slow
 
 ACCESS_KEY, SECRET_KEY = "sarl-chart-key", "sarl-chart-secret"
+ADMIN, ADMIN_PASSWORD = "admin", "sarl-chart-admin-password"
+#: What the chart's Secret references stand for here (mlflow.auth.existingSecret).
+AUTH_ENV = {
+    "MLFLOW_AUTH_ADMIN_USERNAME": ADMIN,
+    "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD,
+    "MLFLOW_FLASK_SERVER_SECRET_KEY": "sarl-chart-flask-key",
+}
 STARTUP_TIMEOUT_S = 120.0
 
 
@@ -41,6 +51,20 @@ def _container(case: Case) -> dict[str, Any]:
     )
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     return dict(container)
+
+
+def write_auth_config(case: Case, state: Path) -> None:
+    """Run the Deployment's ``auth-config`` init container script, its directory made local."""
+    (deployment,) = (
+        d
+        for d in objects_of_kind(case, "Deployment")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "mlflow"
+    )
+    (init,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"] == ["python", "-c"], init["command"]
+    script = init["args"][0].replace("/etc/mlflow-auth", str(state))
+    env = {**os.environ, "AUTH_DATABASE_URI": f"sqlite:///{state / 'basic_auth.db'}"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=60)
 
 
 def _arg(args: list[str], flag: str) -> str:
@@ -80,6 +104,10 @@ def local_env(container: dict[str, Any], s3_endpoint: str, state: Path) -> dict[
             env[name] = ACCESS_KEY
         elif name == "AWS_SECRET_ACCESS_KEY":
             env[name] = SECRET_KEY
+        elif name == "MLFLOW_AUTH_CONFIG_PATH":
+            env[name] = str(state / "basic_auth.ini")
+        elif name in AUTH_ENV:
+            env[name] = AUTH_ENV[name]
         elif "value" in var:
             env[name] = var["value"]
         else:
@@ -97,6 +125,8 @@ def chart_server(
     from tests.support.mlflow_server import free_port, stop_process_group
 
     container = _container(request.param)
+    if "--app-name=basic-auth" in container["args"]:
+        write_auth_config(request.param, tmp_path)
     port = free_port()
     log_path = tmp_path / "mlflow-server.log"
     with log_path.open("wb") as log:
@@ -161,6 +191,10 @@ def test_artifact_logged_through_the_proxy_lands_in_the_bucket(
         s3.create_bucket(Bucket=bucket)  # what the chart's hook Job (or the S3 admin) does
     for name in ("MLFLOW_S3_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name, raising=False)  # the client reaches S3 only through the server
+    # Basic auth: nothing without a user; the client logs in as the admin.
+    assert httpx.get(f"{url}/api/2.0/mlflow/experiments/search", timeout=10).status_code == 401
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", ADMIN)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", ADMIN_PASSWORD)
 
     client = MlflowClient(url)
     experiment_id = client.create_experiment(f"chart-{uuid.uuid4().hex[:8]}")
