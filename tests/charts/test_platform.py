@@ -37,6 +37,12 @@ def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _server(mlflow: dict[str, Any]) -> dict[str, Any]:
+    """The MLflow Deployment's server container (beside it, the auth-config init container)."""
+    (server,) = (c for c in _containers(mlflow) if c["name"] == "mlflow")
+    return server
+
+
 def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container.get("env", [])}
 
@@ -69,7 +75,7 @@ def test_credentials_only_by_secret_reference(case: Case) -> None:
 def test_mlflow_accepts_in_cluster_host_headers(case: Case) -> None:
     security = pytest.importorskip("mlflow.server.security_utils")
     mlflow = _by_component(case, "Deployment", "mlflow")
-    allowed = _arg(_containers(mlflow)[0]["args"], "--allowed-hosts").split(",")
+    allowed = _arg(_server(mlflow)["args"], "--allowed-hosts").split(",")
     svc = _by_component(case, "Service", "mlflow")["metadata"]["name"]
     port = _by_component(case, "Service", "mlflow")["spec"]["ports"][0]["port"]
     for host in (
@@ -91,7 +97,7 @@ def test_mlflow_accepts_in_cluster_host_headers(case: Case) -> None:
 
 def test_mlflow_default_sqlite_minio() -> None:
     case = Case(PLATFORM)
-    (container,) = _containers(_by_component(case, "Deployment", "mlflow"))
+    container = _server(_by_component(case, "Deployment", "mlflow"))
     args, env = container["args"], _env(container)
     assert _arg(args, "--artifacts-destination") == "s3://sarl/mlflow"
     assert _arg(args, "--backend-store-uri") == "sqlite:////mlflow/mlflow.db"
@@ -119,7 +125,7 @@ def test_external_s3_and_database_backend() -> None:
     case = Case(PLATFORM, "external-s3")
     assert not [o for o in objects(case) if "minio" in o["metadata"]["name"]]
     mlflow = _by_component(case, "Deployment", "mlflow")
-    (container,) = _containers(mlflow)
+    container = _server(mlflow)
     args, env = container["args"], _env(container)
     assert mlflow["spec"]["replicas"] == 2
     assert not any(a.startswith("--backend-store-uri") for a in args)
@@ -170,5 +176,10 @@ def test_namespaced_operator() -> None:
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args and "--debug" in args
     volumes = _by_component(case, "Deployment", "mlflow")["spec"]["template"]["spec"]["volumes"]
-    # The SQLite volume is an emptyDir without persistence; "home" is MLflow's HOME (non-root).
-    assert volumes == [{"name": "home", "emptyDir": {}}, {"name": "data", "emptyDir": {}}]
+    # The SQLite volume is an emptyDir without persistence; "home" is MLflow's HOME (non-root),
+    # "auth-config" the basic-auth app's config the init container writes (mlflow.auth).
+    assert volumes == [
+        {"name": "home", "emptyDir": {}},
+        {"name": "auth-config", "emptyDir": {}},
+        {"name": "data", "emptyDir": {}},
+    ]
