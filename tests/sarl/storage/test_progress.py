@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from sarl.storage.base import show_progress
+from sarl.storage.progress import show_progress
 
 
 class _Stream(io.StringIO):

@@ -39,16 +39,15 @@ import logging
 import os
 import re
 import shutil
-import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from sarl.storage.progress import Progress
 from sarl.storage.signing import CheckpointKey, Signature, problem, sign
 
 logger = logging.getLogger(__name__)
@@ -241,50 +240,6 @@ def _decode_manifest(data: bytes, step: int, uri: str) -> CheckpointInfo:
     raw = doc.get("signature")
     signature = None if raw is None else Signature.from_json(raw)
     return CheckpointInfo(step, uri, doc["created_at"], tuple(files), metadata, signature)
-
-
-def show_progress() -> bool:
-    """Progress bars only for a person watching: a TTY, and not switched off."""
-    return sys.stderr.isatty() and not os.environ.get("SARL_NO_PROGRESS")
-
-
-class Progress:
-    """Byte counter for one save/download, drawn as a tqdm bar when :func:`show_progress`.
-
-    Also satisfies minio's ``ProgressType`` protocol (``set_meta``/``update``), so the S3 store
-    hands it straight to ``fput_object``. ``delay`` keeps small checkpoints from drawing a bar.
-    """
-
-    def __init__(self, total: int, desc: str) -> None:
-        from sarl.progress import progress_bar
-
-        self._bar = progress_bar(
-            total=total,
-            desc=desc,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            enabled=show_progress(),
-            delay=1.0,
-            leave=False,
-        )
-
-    def set_meta(self, object_name: str, total_length: int) -> None:
-        """Called by minio per object; ignored because the bar counts the whole checkpoint."""
-
-    def update(self, length: int) -> None:
-        self._bar.update(length)
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._bar.close()
 
 
 def copy_and_hash(src: Path, dst: Path, relpath: str, progress: Callable[[int], None]) -> FileEntry:

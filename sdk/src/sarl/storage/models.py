@@ -35,7 +35,6 @@ from minio.error import S3Error
 from sarl.spec.model_source import MODEL_MANIFEST, ModelUri, loader_path, parse_model_uri
 from sarl.storage.base import (
     FileEntry,
-    Progress,
     StorageError,
     hash_file,
     is_safe_relpath,
@@ -43,6 +42,7 @@ from sarl.storage.base import (
     utc_now,
 )
 from sarl.storage.factory import open_store
+from sarl.storage.progress import Progress
 from sarl.storage.s3 import PART_SIZE, S3CheckpointStore
 
 logger = logging.getLogger(__name__)

@@ -54,7 +54,6 @@ from sarl.storage.base import (
     CheckpointInfo,
     CheckpointStore,
     FileEntry,
-    Progress,
     StorageError,
     check_step,
     checked_metadata,
@@ -67,6 +66,7 @@ from sarl.storage.base import (
     step_name,
     utc_now,
 )
+from sarl.storage.progress import Progress
 from sarl.storage.signing import CheckpointKey
 
 logger = logging.getLogger(__name__)
