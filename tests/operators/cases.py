@@ -1,8 +1,9 @@
 """The Experiments the operator tests build from, and the golden render of their children.
 
 Shared by ``regenerate_golden.py`` (writes ``golden/*.yaml``) and the tests (compare with them).
-Each golden file holds every child of one case in apply order: ConfigMap, InferenceServices,
-PyTorchJob, and the evaluation Job (created later, once training has Succeeded).
+Each golden file holds every child of one case in apply order: NetworkPolicies, ConfigMap,
+InferenceServices, PyTorchJob, and the evaluation Job (created later, once training has
+Succeeded).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import yaml
 
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import load_experiment
-from sarl_operator import builders, evaluation, served_models
+from sarl_operator import builders, evaluation, network_policies, served_models
 from sarl_operator.platform_settings import Platform
 
 ROOT: Final = Path(__file__).resolve().parents[2]
@@ -93,9 +94,11 @@ def experiment(case: str) -> Experiment:
 
 def children(exp: Experiment) -> list[dict[str, Any]]:
     """Every child object the operator builds for ``exp``, in apply order."""
+    isvcs = served_models.inference_services(exp, NAMESPACE, PLATFORM)
     return [
+        *network_policies.network_policies(exp, NAMESPACE, PLATFORM, bool(isvcs)),
         builders.configmap(exp, NAMESPACE, PLATFORM),
-        *served_models.inference_services(exp, NAMESPACE, PLATFORM),
+        *isvcs,
         builders.pytorchjob(
             exp,
             NAMESPACE,

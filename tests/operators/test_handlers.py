@@ -193,12 +193,16 @@ def _env(api: FakeApi, name: str) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in container["env"]}
 
 
+#: The trainer's and the served models' NetworkPolicies (sarl_operator.network_policies).
+_POLICIES = ["NetworkPolicy", "NetworkPolicy"]
+
+
 @pytest.mark.parametrize(
     ("case", "kinds"),
     [
-        ("sarl-grpo-math", ["ConfigMap", "InferenceService", "PyTorchJob"]),
-        ("sarl-grpo-math-2node", ["ConfigMap", "InferenceService", "PyTorchJob"]),
-        ("sarl-grpo-judge", ["ConfigMap", "InferenceService", "PyTorchJob"]),
+        ("sarl-grpo-math", [*_POLICIES, "ConfigMap", "InferenceService", "PyTorchJob"]),
+        ("sarl-grpo-math-2node", [*_POLICIES, "ConfigMap", "InferenceService", "PyTorchJob"]),
+        ("sarl-grpo-judge", [*_POLICIES, "ConfigMap", "InferenceService", "PyTorchJob"]),
     ],
 )
 def test_creates_owned_children_and_pending_status(case: str, kinds: list[str]) -> None:

@@ -272,7 +272,7 @@ def test_restart_reuses_the_run_and_the_children(
 
     uid = _create(kube, _doc("restart"))["metadata"]["uid"]
     wait_for("the PyTorchJob", lambda: _reconciled(server, "restart"))
-    wait_for("3 Created events", lambda: _events(server, "restart").count("Created") == 3)
+    wait_for("5 Created events", lambda: _events(server, "restart").count("Created") == 5)
     config_version = server.objects(CONFIGMAPS, NAMESPACE)["restart-config"]["metadata"]
     operator.stop()
     operator.start()
@@ -290,7 +290,8 @@ def test_restart_reuses_the_run_and_the_children(
         filter_string=f"tags.`sarl.dev/experiment-uid` = '{uid}'",
     )
     assert len(runs) == 1
-    assert _events(server, "restart").count("Created") == 3  # ConfigMap, ISVC, PyTorchJob once
+    # Two NetworkPolicies, ConfigMap, ISVC, PyTorchJob: each once.
+    assert _events(server, "restart").count("Created") == 5
 
 
 def test_mlflow_down_reports_tracking_and_creates_no_job(

@@ -75,6 +75,8 @@ EVENTS = Resource("", "v1", "events", "Event")
 EVENTS_K8S = Resource("events.k8s.io", "v1", "events", "Event")
 JOBS = Resource("batch", "v1", "jobs", "Job", subresources=("status",))
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+#: The operator's per-Experiment NetworkPolicies (sarl_operator.network_policies).
+NETWORK_POLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 CRDS = Resource(
     "apiextensions.k8s.io",
     "v1",
@@ -95,6 +97,7 @@ SARL_RESOURCES: tuple[Resource, ...] = (
     JOBS,
     NAMESPACES,
     CRDS,
+    NETWORK_POLICIES,
 )
 
 

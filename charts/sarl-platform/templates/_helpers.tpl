@@ -176,6 +176,10 @@ are never read.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch"]
+# Each Experiment's NetworkPolicies (sarl_operator.network_policies), applied as children.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch"]
 # Evaluation and Study report Jobs: created once, never patched (a Job's template is immutable).
 - apiGroups: ["batch"]
   resources: ["jobs"]
@@ -284,4 +288,7 @@ settings) both include it, so the two never disagree. Indent with nindent 12.
   value: {{ .Values.kueue.defaultQueue | default "" | quote }}
 - name: SARL_GANG_SCHEDULER
   value: {{ .Values.gangScheduler | default "none" | quote }}
+# Whether the operator applies each Experiment's NetworkPolicies (networkPolicy.enabled).
+- name: SARL_NETWORK_POLICIES
+  value: {{ .Values.networkPolicy.enabled | quote }}
 {{- end }}

@@ -158,6 +158,30 @@ def ray_start_command(env: ClusterEnv, *, num_gpus: int) -> list[str]:
     return ["ray", "start", f"--address={env.master_addr}:{RAY_PORT}", "--block", *common]
 
 
+#: Ray 2.60's token authentication (``ray/_private/authentication/authentication_token_setup.py``:
+#: ``RAY_AUTH_MODE=token``; the token from ``RAY_AUTH_TOKEN``, read by Ray's C++
+#: ``AuthenticationTokenLoader``, or a file named by ``RAY_AUTH_TOKEN_PATH``).
+RAY_AUTH_MODE_ENV: Final = "RAY_AUTH_MODE"
+RAY_AUTH_TOKEN_ENV: Final = "RAY_AUTH_TOKEN"
+
+
+def ray_auth_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables that turn on Ray's token authentication for this pod's Ray processes (head,
+    workers, the verl driver): ``RAY_AUTH_MODE=token`` when ``RAY_AUTH_TOKEN`` is set (a tenant's
+    pods get it from their Secret ``sarl-tenant``); nothing otherwise.
+
+    Why: whoever reaches a Ray head's GCS (6379), client server (10001) or dashboard (8265) can
+    run code in it (docs.ray.io/en/latest/ray-security). With the mode on, every Ray RPC and
+    dashboard request carries the token and one without it (or with another) is refused. Set
+    explicitly rather than left to Ray 2.60's default (which turns token mode on by itself when a
+    token is found) so that an older or newer Ray behaves the same. An explicit ``RAY_AUTH_MODE``
+    in the environment wins.
+    """
+    if not environ.get(RAY_AUTH_TOKEN_ENV, "").strip() or environ.get(RAY_AUTH_MODE_ENV):
+        return {}
+    return {RAY_AUTH_MODE_ENV: "token"}
+
+
 class HeadUnreachable(RuntimeError):
     """The head's Ray port did not answer within the worker's wait."""
 

@@ -67,6 +67,7 @@ from sarl_jobs.cluster import (
     ClusterEnv,
     HeadUnreachable,
     head_wait_s,
+    ray_auth_env,
     ray_start_command,
     wait_for_head,
 )
@@ -145,6 +146,8 @@ def plan(
 def main(cfg_path: str | Path, *, workdir: str | Path = DEFAULT_WORKDIR) -> None:
     """Run the Experiment at ``cfg_path`` with verl; see the module docstring."""
     exp = load_experiment(Path(cfg_path))
+    # Ray's token authentication for every Ray process this pod starts or connects with.
+    os.environ.update(ray_auth_env(os.environ))
     steps = plan(exp, os.environ, workdir=workdir)
     env = ClusterEnv.from_env(os.environ)
     ray = steps["ray"]

@@ -73,6 +73,7 @@ from sarl_operator.experiment_conditions import (
     storage_condition,
 )
 from sarl_operator.kube import ForeignOwnerError, KubeApi, MissingApiError, controlled_by
+from sarl_operator.network_policies import network_policies
 from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
 from sarl_operator.reconcile import (
     GROUP,
@@ -271,6 +272,9 @@ def reconcile(
             builders.configmap(exp, namespace, platform),
             *served_models.inference_services(exp, namespace, platform),
         ]
+        # Before the InferenceServices and the job: their pods start isolated.
+        served = any(c["kind"] == "InferenceService" for c in services)
+        services = [*network_policies(exp, namespace, platform, served), *services]
     except BaseException as e:  # any: a tenant's spec never stops the operator (STOPS pass)
         # kopf logs the message; the status shows it.
         raise fail(body, patch, post_event, str(as_spec_error(e))) from e

@@ -46,6 +46,10 @@ class Platform:
     #: Tenant namespaces and their policies (``SARL_TENANTS``, chart ``tenants``); none: a
     #: single-team install.
     tenancy: Tenancy = NO_TENANCY
+    #: Whether the operator applies each Experiment's NetworkPolicies
+    #: (``sarl_operator.network_policies``; ``SARL_NETWORK_POLICIES``, chart
+    #: ``networkPolicy.enabled``).
+    network_policies: bool = True
     #: The platform's MLflow (``SARL_MLFLOW_TRACKING_URI``): under tenancy the only one a spec
     #: may name (``sarl_operator.tenant_tracking``); empty: none.
     tracking_uri: str = ""
@@ -67,6 +71,7 @@ class Platform:
             hf_endpoint=model_sources.platform_hf_endpoint(env.get("SARL_HF_ENDPOINT", "")),
             store_capacity=store_capacity_from_env(env),
             tenancy=tenancy_from_env(env),
+            network_policies=env.get("SARL_NETWORK_POLICIES", "true").lower() != "false",
             tracking_uri=env.get("SARL_MLFLOW_TRACKING_URI", ""),
         )
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from sarl.cluster.tenancy import TENANT_SECRET, TenantKeys
 from sarl.integrations.cluster import chat_endpoints, fill_chat_urls, served_embedders
 from sarl.spec.cluster_fields import ResourcesSpec, ServedModelSpec
 from sarl.spec.experiment import Experiment
@@ -38,6 +39,23 @@ from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
 EMBEDDING_MODEL_NAME: Final = "embedding"
 #: The ``--model_name`` the served judge answers to (the rendered spec's endpoint ``model``).
 JUDGE_MODEL_NAME: Final = "judge"
+#: What the served model's server reads its API key from: sarl's own services
+#: (``sarl_services.api_key``) and vLLM's OpenAI server (``--api-key`` or ``VLLM_API_KEY``).
+SERVING_KEY_ENV: Final = (TenantKeys.SERVING_API_KEY, "VLLM_API_KEY")
+
+
+def serving_key_env(platform: Platform) -> list[dict[str, Any]]:
+    """The tenant's served-model API key (:data:`~sarl.cluster.tenancy.TENANT_SECRET` key
+    ``SARL_SERVING_API_KEY``, which its trainer pods send as a Bearer token) under the names of
+    :data:`SERVING_KEY_ENV`; nothing on a platform without tenants. KServe v0.17.0's Hugging
+    Face runtime serves vLLM's classes inside KServe's own app
+    (python/huggingfaceserver/huggingfaceserver/vllm/vllm_model.py) without vLLM's
+    authentication middleware, so there the key is not enforced and the Experiment's
+    NetworkPolicy (:mod:`sarl_operator.network_policies`) is what keeps other pods out."""
+    if not platform.tenancy.enabled:
+        return []
+    ref = {"name": TENANT_SECRET, "key": TenantKeys.SERVING_API_KEY}
+    return [{"name": name, "valueFrom": {"secretKeyRef": dict(ref)}} for name in SERVING_KEY_ENV]
 
 
 def _served_embedders(exp: Experiment) -> list[tuple[int, str]]:
@@ -87,6 +105,7 @@ def _vllm_isvc(
     res: ResourcesSpec,
     task_args: list[str],
     hf_endpoint: str = "",
+    key_env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """An InferenceService serving ``source`` with vLLM on KServe's Hugging Face runtime (a Hub
     id by ``--model_id``; an s3 or pvc source from ``storageUri``, :mod:`model_sources`).
@@ -121,6 +140,7 @@ def _vllm_isvc(
     # Hub's mirror, or offline for a model from the store.
     env = hf_token_env(served.hf_token or res.hf_token)
     env += model_sources.hub_env(source, res.hf_endpoint or hf_endpoint)
+    env += key_env or []
     if env:
         predictor["model"]["env"] = env
     # PredictorSpec inlines a PodSpec (KServe's predictor.go): pod fields sit on the predictor.
@@ -157,7 +177,7 @@ def _embedding_isvc(
     source = model_sources.served_source(model, field)
     isvc = _vllm_isvc(
         metadata, EMBEDDING_MODEL_NAME, source, served, exp.spec.resources,
-        ["--runner=pooling"], platform.hf_endpoint,
+        ["--runner=pooling"], platform.hf_endpoint, serving_key_env(platform),
     )  # fmt: skip
     isvc = model_sources.with_storage(isvc, source, _credentials_secret(exp, namespace, platform))
     return _with_deployment_mode(exp, isvc, "embedding")
@@ -172,8 +192,9 @@ def _judge_isvc(
     served = exp.spec.serving.judge
     source = model_sources.served_source(model, field)
     isvc = _vllm_isvc(
-        metadata, JUDGE_MODEL_NAME, source, served, exp.spec.resources, [], platform.hf_endpoint
-    )
+        metadata, JUDGE_MODEL_NAME, source, served, exp.spec.resources, [], platform.hf_endpoint,
+        serving_key_env(platform),
+    )  # fmt: skip
     isvc = model_sources.with_storage(isvc, source, _credentials_secret(exp, namespace, platform))
     return _with_deployment_mode(exp, isvc, "judge")
 

@@ -10,6 +10,7 @@ on stderr before anything heavy is imported or started.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -216,6 +217,7 @@ def embedding_command(
     import_kserve()
     from sarl.embedding.base import EmbeddingError
     from sarl.embedding.encoders import onnx_available
+    from sarl_services.api_key import api_key_from_env
     from sarl_services.connections import ConnectionLimits
     from sarl_services.embedding import EmbeddingModel, EmbeddingSettings, serve_embedding
     from sarl_services.metrics import EmbeddingMetrics
@@ -251,7 +253,12 @@ def embedding_command(
         raise _fail(str(e).replace("embedder.model", "--model")) from e
     connections = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)
     serve_embedding(
-        embedding_model, host=host, port=port, load_delay_s=load_delay, connections=connections
+        embedding_model,
+        host=host,
+        port=port,
+        load_delay_s=load_delay,
+        connections=connections,
+        api_key=api_key_from_env(os.environ),  # SARL_SERVING_API_KEY; empty: open
     )
 
 
@@ -302,6 +309,7 @@ def reward_command(
     from sarl_services._kserve import import_kserve
 
     import_kserve()
+    from sarl_services.api_key import api_key_from_env
     from sarl_services.connections import ConnectionLimits
     from sarl_services.request_settings import RequestSettingsPolicy
     from sarl_services.reward import RewardServiceSettings, serve_reward
@@ -330,7 +338,14 @@ def reward_command(
     except (ValueError, ValidationError, RuntimeError) as e:
         raise _fail(str(e).replace("embedder.model", "--embedding-model")) from e
     connections = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)
-    serve_reward(settings, host=host, port=port, load_delay_s=load_delay, connections=connections)
+    serve_reward(
+        settings,
+        host=host,
+        port=port,
+        load_delay_s=load_delay,
+        connections=connections,
+        api_key=api_key_from_env(os.environ),  # SARL_SERVING_API_KEY; empty: open
+    )
 
 
 if __name__ == "__main__":

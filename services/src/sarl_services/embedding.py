@@ -376,6 +376,7 @@ def serve_embedding(
     port: int,
     load_delay_s: float = 0.0,
     connections: ConnectionLimits | None = None,
+    api_key: str = "",
 ) -> None:
     """Serve ``model`` with its routes and metrics until stopped (called by ``sarl serve``)."""
     from sarl_services.server import serve
@@ -387,4 +388,5 @@ def serve_embedding(
         port=port,
         load_delay_s=load_delay_s,
         connections=connections,
+        api_key=api_key,
     )

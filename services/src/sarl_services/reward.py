@@ -296,6 +296,7 @@ def serve_reward(
     port: int,
     load_delay_s: float = 0.0,
     connections: ConnectionLimits | None = None,
+    api_key: str = "",
 ) -> None:
     """Build the model, routes and metrics; serve until stopped (``sarl serve``)."""
     from sarl_services.server import serve
@@ -315,4 +316,5 @@ def serve_reward(
         port=port,
         load_delay_s=load_delay_s,
         connections=connections,
+        api_key=api_key,
     )

@@ -33,6 +33,7 @@ from fastapi import APIRouter
 from fastapi.exceptions import FastAPIDeprecationWarning
 from kserve.errors import ModelNotFound, ModelNotReady
 
+from sarl_services.api_key import ApiKeyRequired
 from sarl_services.connections import ConnectionLimits, http_protocol
 from sarl_services.routes import ExposedRoutesOnly, exposed_routes, liveness_router
 
@@ -112,9 +113,12 @@ def serve(
     port: int,
     load_delay_s: float = 0.0,
     connections: ConnectionLimits | None = None,
+    api_key: str = "",
 ) -> None:
     """Serve ``model`` with ``router``'s routes on ``host:port`` until SIGTERM/SIGINT;
-    ``connections`` bounds each connection (default: :class:`ConnectionLimits`'s defaults)."""
+    ``connections`` bounds each connection (default: :class:`ConnectionLimits`'s defaults);
+    ``api_key``: required as a Bearer token on all but the probes' routes
+    (:mod:`sarl_services.api_key`; empty: none)."""
     from kserve.model_server import app
 
     loaded = threading.Event()
@@ -124,6 +128,8 @@ def serve(
     app.include_router(router)
     app.include_router(liveness_router(model, loaded))
     app.add_middleware(ExposedRoutesOnly, routes=exposed_routes(router))
+    if api_key:  # added last: the outermost, so no route is reached without the key
+        app.add_middleware(ApiKeyRequired, key=api_key)
     server = _ModelServer(
         host=host,
         connections=connections or ConnectionLimits(),

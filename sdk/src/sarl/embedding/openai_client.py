@@ -45,6 +45,7 @@ from sarl.http.retry import (
     retry_after,
     server_message,
 )
+from sarl.http.serving_auth import serving_api_key
 
 _LOG = logging.getLogger(__name__)
 
@@ -260,7 +261,8 @@ class OpenAIEmbeddingClient:
             raise ValueError(f"model must be a non-empty string, got {model!r}")
         self._model = model
         if api_key is None:
-            api_key = os.environ.get(API_KEY_ENV) or None
+            # Else the platform's served-model key, for a cluster-local service only.
+            api_key = os.environ.get(API_KEY_ENV) or serving_api_key(self._url, os.environ)
         elif not isinstance(api_key, str) or not api_key.strip():
             # Only malformed values are echoed; a real key never ends up in a message or log.
             raise ValueError(f"api_key must be a non-empty string or None, got {api_key!r}")

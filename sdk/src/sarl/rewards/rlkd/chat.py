@@ -34,6 +34,7 @@ from sarl.http.retry import (
     one_line,
     retry_after,
 )
+from sarl.http.serving_auth import serving_api_key
 from sarl.rewards.text import encodable
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -108,6 +109,9 @@ class ChatClient:
                     f"api_key_env: environment variable {settings.api_key_env!r} is not set"
                 )
             headers["Authorization"] = f"Bearer {token}"
+        elif served_key := serving_api_key(self._url, os.environ):
+            # A model the platform serves (cluster-local): the tenant's served-model key.
+            headers["Authorization"] = f"Bearer {served_key}"
         self._http = httpx.Client(
             headers=headers, timeout=httpx.Timeout(settings.timeout_seconds), transport=transport
         )

@@ -38,6 +38,7 @@ import httpx
 
 from sarl.http import retry
 from sarl.http.chat import message_content
+from sarl.http.serving_auth import serving_api_key
 from sarl.rewards.structured_qa.parsing import ParsedResponse, QAPair
 from sarl.rewards.text import encodable
 
@@ -233,7 +234,10 @@ class ChatJudge:
         if not model.strip():
             raise ValueError("model must be a non-empty string")
         self._model = model
-        self._api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV) or None
+        if api_key is None:
+            # Else the platform's served-model key, for a cluster-local service only.
+            api_key = os.environ.get(API_KEY_ENV) or serving_api_key(self._url, os.environ)
+        self._api_key = api_key
         if template is not None:
             # A broken custom template must fail here, not inside every judge call.
             try:
