@@ -38,14 +38,18 @@ def bootstrap_intervals(
         raise ValueError(f"confidence: must be between 0 and 1, got {confidence}")
     members = group_indices(groups)
     rng = random.Random(seed)
-    draws: dict[str, list[float]] = {"auroc": [], "pair_agreement": [], "pair_ties": []}
+    draws: dict[str, list[float]] = {
+        "auroc": [],
+        "pair_agreement": [],
+        "pair_ties": [],
+        "pair_auroc": [],
+    }
     for _ in range(resamples):
         picked = [rng.randrange(len(members)) for _ in members] if members else []
         idx = [(g, i) for g in picked for i in members[g]]
         keys = _resample_keys(picked, members)
-        figures = validity(
-            [scores[i] for _, i in idx], [correct[i] for _, i in idx], keys
-        ).as_metrics()
+        v = validity([scores[i] for _, i in idx], [correct[i] for _, i in idx], keys)
+        figures = v.as_metrics() | ({} if v.pair_auroc is None else {"pair_auroc": v.pair_auroc})
         for name, value in figures.items():
             draws[name].append(value)
     return {

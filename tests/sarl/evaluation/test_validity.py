@@ -111,7 +111,7 @@ def test_bootstrap_is_deterministic_and_brackets_the_estimate() -> None:
     a = bootstrap_intervals(scores, correct, draw_counts(groups, resamples=300, seed=7))
     b = bootstrap_intervals(scores, correct, draw_counts(groups, resamples=300, seed=7))
     assert a == b
-    assert set(a) == {"auroc", "pair_agreement", "pair_ties"}
+    assert set(a) == {"auroc", "pair_agreement", "pair_ties", "pair_auroc"}
     for name, value in point.as_metrics().items():
         lo, hi = a[name]
         assert lo <= value <= hi, (name, lo, value, hi)

@@ -7,7 +7,9 @@ rewards get whole groups, a line a reward cannot score is that reward's loss onl
 response correct or not (:func:`sarl.rewards.math_answer.response_correct`, the ``ground_truth``
 reward's rule) and prints, for every reward and each of its components, the validity figures of
 :mod:`sarl.evaluation.validity` with bootstrap intervals over prompts
-(:mod:`sarl.evaluation.diagnosis`): one table, the rewards side by side, or ``--json``; ``--plot``
+(:mod:`sarl.evaluation.diagnosis`), beside the trivial predictors "has an answer" and "answer
+format is valid" (:mod:`sarl.evaluation.trivial`; a figure that does not beat them is flagged):
+one table, the rewards side by side (:mod:`sarl.cli.diagnose_table`), or ``--json``; ``--plot``
 draws them (:mod:`sarl.viz.validity`).
 
 Settings are ``sarl reward score``'s (a YAML or JSON file per reward, validated by its typed
@@ -31,7 +33,7 @@ from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from sarl.cli import lines
+from sarl.cli import diagnose_table, lines
 from sarl.cli import options as opt
 from sarl.cli.lines import EXIT_INVALID_LINES, EXIT_OK
 from sarl.rewards.samples import GroupKey, SampleError, group_key, json_type, response_field
@@ -152,11 +154,14 @@ def diagnose_command(
     prompt (or the --group-by field) = the prompt whose responses are compared with each other;
     any field a reward reads (see `sarl reward score -h`).
 
-    Printed per reward and per reward component:
-    AUROC = P(a correct response scores above an incorrect one), 0.5 = chance;
-    pair agreement, pair ties = the (correct, incorrect) pairs of a prompt ordered right, tied;
-    [low, high] = bootstrap interval over prompts;
-    n, correct, pairs = the responses with a value, the correct ones, the pairs.
+    Printed per reward and per reward component, and for the trivial predictors
+    trivial.has_answer and trivial.format_valid (a boxed answer; a well-formed one):
+    within-prompt AUROC (headline) = (correct, incorrect) pairs of a prompt ordered right,
+    ties 1/2; pooled AUROC = P(a correct response scores above an incorrect one), 0.5 = chance;
+    pair agreement, pair ties = the pairs ordered right, tied;
+    vs trivial = minus the strongest trivial predictor ("below trivial": not beaten);
+    [low, high] = bootstrap interval over prompts (a warning under 20 prompts with pairs);
+    n, prompts, pairs = responses with a value, prompts with pairs / with a value, pairs.
     A response is correct when its last \\boxed{} answer equals the truth.
 
     Exit codes:
@@ -189,9 +194,9 @@ def diagnose_command(
 
         typer.echo(json.dumps(diagnosis_json(rows, context), allow_nan=False))
     else:
-        _print_table(rows, context)
+        diagnose_table.print_table(rows, context)
     if plot is not None:
-        _plot(rows, context, plot)
+        diagnose_table.plot(rows, context, plot)
     partial = traces.skipped or any(failed.values())
     raise typer.Exit(code=EXIT_INVALID_LINES if partial else EXIT_OK)
 
@@ -354,11 +359,21 @@ def _diagnose(
     seed: int,
 ) -> list[FigureDiagnosis]:
     from sarl.evaluation.diagnosis import diagnose
+    from sarl.evaluation.trivial import trivial_scores
     from sarl.rewards.math_answer import response_correct
 
     correct = [response_correct(t.response, t.truth) for t in traces]
     groups = [t.group for t in traces]  # exact values: "1" and 1 are two prompts
-    return diagnose(columns, correct, groups, resamples=resamples, confidence=confidence, seed=seed)
+    baselines = trivial_scores([t.response for t in traces])
+    return diagnose(
+        columns,
+        correct,
+        groups,
+        baselines=baselines,
+        resamples=resamples,
+        confidence=confidence,
+        seed=seed,
+    )
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -406,81 +421,6 @@ def _context(
         "confidence": confidence,
         "seed": seed,
     }
-
-
-def _cell(row: FigureDiagnosis, figure: str) -> str:
-    value = getattr(row.validity, figure)
-    if value is None:
-        return "—"
-    interval = row.intervals.get(figure)
-    ci = "" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"
-    return f"{value:.3f}{ci}"
-
-
-def _print_table(rows: Sequence[FigureDiagnosis], context: Mapping[str, Any]) -> None:
-    """The rewards side by side in one table on stdout, then how to read it."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    from sarl.evaluation.diagnosis import figure_note
-
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:
-        console = Console(width=160, soft_wrap=False)
-    table = Table(title=_title(context), box=box.SIMPLE_HEAD, title_justify="left")
-    for column in ("reward", "figure", "AUROC", "pair agreement", "pair ties", "n", "correct",
-                   "pairs"):  # fmt: skip
-        table.add_column(column, justify="left" if column in ("reward", "figure") else "right")
-    for i, row in enumerate(rows):
-        last = i + 1 == len(rows) or rows[i + 1].reward != row.reward
-        v = row.validity
-        table.add_row(
-            row.reward if i == 0 or rows[i - 1].reward != row.reward else "",
-            row.label,
-            *(_cell(row, f) for f in ("auroc", "pair_agreement", "pair_ties")),
-            str(v.samples),
-            str(v.correct),
-            str(v.pairs),
-            end_section=last,
-        )
-    console.print(table)
-    pct = f"{context['confidence']:.0%}"
-    notes = [
-        "AUROC: a random correct response scores above a random incorrect one (ties 1/2; 0.5 = "
-        "chance). pair agreement / ties: (correct, incorrect) pairs of the same prompt the "
-        "figure orders right / cannot tell apart (what GRPO's advantage sees). "
-        f"[low, high]: {pct} bootstrap over prompts ({context['resamples']} resamples, seed "
-        f"{context['seed']}); — undefined (no correct or no incorrect response; no prompt with "
-        "both). n: responses with a defined value.",
-        *(note for row in rows if (note := figure_note(row.reward, row.figure)) is not None),
-    ]
-    for note in notes:
-        console.print(note, highlight=False, markup=False)
-
-
-def _title(context: Mapping[str, Any]) -> str:
-    return (
-        f"reward validity on {context['input']}: {_plural(context['responses'], 'response')}, "
-        f"{context['correct']} correct, {_plural(context['groups'], 'prompt')} (by "
-        f"{context['group_by']})"
-    )
-
-
-def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _plot(rows: Sequence[FigureDiagnosis], context: Mapping[str, Any], path: Path) -> None:
-    from sarl.viz.validity import plot_validity
-
-    pct = f"{context['confidence']:.0%}"
-    title = f"{_title(context)}\npoint: the input's figure; bar: {pct} bootstrap over prompts"
-    try:
-        plot_validity(rows, title, path)
-    except OSError as e:
-        raise opt.fail(f"--plot {path}: {e.strerror or e}") from e
-    typer.echo(f"wrote {path}", err=True)
 
 
 __all__ = ["TRUTH_FIELDS", "Trace", "Traces", "diagnose_command", "parse_trace", "read_traces"]

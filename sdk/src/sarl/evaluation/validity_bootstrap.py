@@ -21,7 +21,10 @@ samples, so one resample costs a few array operations:
 
 The draws are the reference's (the same ``random.Random(seed)`` calls in the same order) and so
 are the percentiles (linear interpolation), so both give the same intervals up to float rounding;
-the tests check it. :func:`draw_counts` is shared by every figure of one input, so a table's
+the tests check it. ``pair_auroc`` (agreement + ties / 2, the headline) has an interval too;
+:func:`resample_figures` gives every figure per resample, so :mod:`sarl.evaluation.diagnosis`
+takes paired differences (a reward minus a trivial predictor over the same prompts).
+:func:`draw_counts` is shared by every figure of one input, so a table's
 intervals come from one set of resamples. Called by ``sarl reward diagnose``
 (:mod:`sarl.cli.reward_diagnose`, through :mod:`sarl.evaluation.diagnosis`).
 """
@@ -75,13 +78,12 @@ def draw_counts(groups: Sequence[Hashable], *, resamples: int = 1000, seed: int 
     return Draws(counts, group_of)
 
 
-def bootstrap_intervals(
-    scores: Sequence[float], correct: Sequence[bool], draws: Draws, *, confidence: float = 0.95
-) -> dict[str, Interval]:
-    """Percentile intervals of the validity figures over ``draws``: a figure undefined in some
-    resamples gets its interval from the others, one defined in fewer than half none."""
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence: must be between 0 and 1, got {confidence}")
+def resample_figures(
+    scores: Sequence[float], correct: Sequence[bool], draws: Draws
+) -> dict[str, FloatArray]:
+    """Every figure per resample of ``draws`` (NaN where a resample leaves it undefined):
+    ``auroc``, ``pair_agreement``, ``pair_ties`` and the headline ``pair_auroc``
+    (agreement + ties / 2). Paired across columns: the same ``draws`` give the same prompts."""
     if len(scores) != len(correct) or len(scores) != len(draws.group_of):
         raise ValueError(
             f"got {len(scores)} scores, {len(correct)} correctness flags and "
@@ -90,17 +92,38 @@ def bootstrap_intervals(
     values = np.asarray(scores, dtype=np.float64)  # (n,)
     flags = np.asarray(correct, dtype=bool)  # (n,)
     kept = ~np.isnan(values)
-    figures = _pair_figures(values, flags, draws) | {
-        "auroc": _auroc(values[kept], flags[kept], draws.group_of[kept], draws.counts)
-    }
+    figures = _pair_figures(values, flags, draws)
+    figures["pair_auroc"] = figures["pair_agreement"] + figures["pair_ties"] / 2
+    figures["auroc"] = _auroc(values[kept], flags[kept], draws.group_of[kept], draws.counts)
+    return figures
+
+
+def percentile_interval(per_resample: FloatArray, confidence: float) -> Interval | None:
+    """The percentile interval of one figure's resamples (linear interpolation, as the
+    reference); None when it is defined in fewer than half of them."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: must be between 0 and 1, got {confidence}")
+    defined = per_resample[~np.isnan(per_resample)]
+    if not defined.size or defined.size * 2 < per_resample.size:
+        return None
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(defined, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_intervals(
+    scores: Sequence[float], correct: Sequence[bool], draws: Draws, *, confidence: float = 0.95
+) -> dict[str, Interval]:
+    """Percentile intervals of the validity figures over ``draws``: a figure undefined in some
+    resamples gets its interval from the others, one defined in fewer than half none."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: must be between 0 and 1, got {confidence}")
+    figures = resample_figures(scores, correct, draws)
     out: dict[str, Interval] = {}
-    for name, per_resample in figures.items():
-        defined = per_resample[~np.isnan(per_resample)]
-        if defined.size * 2 >= draws.resamples and defined.size:
-            tail = (1 - confidence) / 2
-            low, high = np.quantile(defined, [tail, 1 - tail])  # linear, as the reference
-            out[name] = (float(low), float(high))
-    return {name: out[name] for name in ("auroc", "pair_agreement", "pair_ties") if name in out}
+    for name in ("auroc", "pair_agreement", "pair_ties", "pair_auroc"):
+        if (interval := percentile_interval(figures[name], confidence)) is not None:
+            out[name] = interval
+    return out
 
 
 def _pair_figures(
@@ -147,4 +170,10 @@ def _auroc(
     return out
 
 
-__all__ = ["Draws", "bootstrap_intervals", "draw_counts"]
+__all__ = [
+    "Draws",
+    "bootstrap_intervals",
+    "draw_counts",
+    "percentile_interval",
+    "resample_figures",
+]

@@ -42,7 +42,9 @@ What this adapter does with them:
   against correctness over the batch and its pairwise agreement within each prompt's group
   (:mod:`sarl.evaluation.validity`) go to ``log_metric`` as ``validity/<reward>/auroc``,
   ``validity/<reward>/pair_agreement`` and ``validity/<reward>/pair_ties`` — for every reward
-  function, so a weight-0 reward is measured too. TRL averages them over the step's scoring
+  function, so a weight-0 reward is measured too, and the same for the trivial predictors
+  ``trivial.has_answer`` and ``trivial.format_valid`` (:mod:`sarl.evaluation.trivial`, the
+  floor a reward's validity is read against). TRL averages them over the step's scoring
   batches (one per gradient-accumulation micro-step and process).
 * ``None``: TRL reads ``None`` as "this reward does not apply to this sample" and leaves it out of
   that sample's reward sum. The adapter returns ``None`` exactly where the reward itself says a
@@ -85,6 +87,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from sarl.embedding.policy import PolicyEmbedder
+from sarl.evaluation.trivial import trivial_scores
 from sarl.evaluation.validity import correctness_flags, validity
 from sarl.integrations.trl_votes import VoteDrawer, trainer_vote_drawer, vote_sets
 from sarl.rewards.base import Reward, RewardOutput, Sample
@@ -444,9 +447,14 @@ def log_validity(
     if correct is None:
         return
     groups = [g for g, (a, b) in enumerate(spans) for _ in range(a, b)]
-    figures = validity([o.score for o in outputs], correct, groups).as_metrics()
-    for figure, value in figures.items():
-        log_metric(validity_metric(reward.name, figure), value)
+    # The trivial predictors ride along, so every reward's figures have their floor beside them
+    # (sarl.evaluation.trivial). Each reward function of a trainer logs the same values for the
+    # same batch; TRL averages a step's values per name, so the repeats change nothing.
+    columns = {reward.name: [o.score for o in outputs]}
+    columns |= trivial_scores([s.response for s in samples])
+    for name, scores in columns.items():
+        for figure, value in validity(scores, correct, groups).as_metrics().items():
+            log_metric(validity_metric(name, figure), value)
 
 
 def log_component_means(

@@ -1,12 +1,19 @@
 """The picture of ``sarl reward diagnose --plot``: each reward figure's validity with its interval.
 
 Called by :mod:`sarl.cli.reward_diagnose` with the rows of
-:func:`sarl.evaluation.diagnosis.diagnose`. Two panels side by side, AUROC against correctness
-over all responses and the share of (correct, incorrect) pairs of one prompt the figure orders
-correctly, one row per (reward, figure) in the table's order, the rewards told apart by colour:
-the point estimate and its bootstrap interval as a bar, 0.5 (chance) dotted. A figure undefined
-on the input (no correct or no incorrect response; no prompt with both) reads "undefined" on its
-row. A lower-is-better component (the structure reward's ``L``) says so in its row label.
+:func:`sarl.evaluation.diagnosis.diagnose`. Two panels side by side: the headline, the
+within-prompt AUROC (the (correct, incorrect) pairs of one prompt the figure orders right, ties
+one half), and, secondary, the AUROC against correctness pooled over all responses (it also
+credits telling easy prompts from hard ones). One row per (reward, figure) in the table's order,
+the rewards told apart by colour, the trivial predictors ("has an answer", "answer format is
+valid") in grey at the bottom and the strongest one's value dashed across every row, so each
+reward is read beside the floor it must beat; a figure that does not beat it is marked
+``NOT ABOVE TRIVIAL`` in red in its row label. The point estimate and its bootstrap interval as a
+bar, 0.5 (chance) dotted; the headline's value reads with its counts (prompts with pairs,
+pairs) and the title warns when they are fewer than
+:data:`~sarl.evaluation.validity.MIN_PROMPTS`. A figure undefined on the input reads
+"undefined" on its row. A lower-is-better component (the structure reward's ``L``) says so in
+its row label.
 matplotlib through :func:`sarl.display.figure` (a bare ``Figure``, Agg, no pyplot state).
 """
 
@@ -18,6 +25,8 @@ from typing import TYPE_CHECKING
 
 from sarl import display
 from sarl.evaluation.diagnosis import LOWER_IS_BETTER, FigureDiagnosis
+from sarl.evaluation.trivial import strongest
+from sarl.evaluation.validity import MIN_PROMPTS, few_prompts_warning
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -29,10 +38,20 @@ _COLORS = (
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
 )  # fmt: skip
 _PANELS = (
-    ("auroc", "AUROC vs correctness", "P(a correct response scores above an incorrect one)"),
-    ("pair_agreement", "pairs within a prompt", "(correct, incorrect) pairs ordered right"),
+    (
+        "pair_auroc",
+        "within-prompt AUROC (headline)",
+        "(correct, incorrect) pairs of one prompt ordered right, ties 1/2",
+    ),
+    (
+        "auroc",
+        "pooled AUROC (secondary: mixes prompts)",
+        "P(correct scores above incorrect), over all prompts",
+    ),
 )
-_CHANCE_NOTE = "; dotted: 0.5, chance"
+_TRIVIAL_COLOR = "#7f7f7f"
+_FLAG_COLOR = "#c00000"
+_CHANCE_NOTE = "\ndotted: 0.5, chance; dashed: the strongest trivial predictor"
 _ROW_INCHES = 0.36
 # Value labels on a white box, so the chance line does not cross their digits.
 _LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85}
@@ -45,8 +64,10 @@ def validity_figure(rows: Sequence[FigureDiagnosis], title: str) -> Figure:
     """
     if not rows:
         raise ValueError("no reward figures to plot")
-    rewards = list(dict.fromkeys(row.reward for row in rows))
+    rows = [r for r in rows if not r.trivial] + [r for r in rows if r.trivial]
+    rewards = list(dict.fromkeys(row.reward for row in rows if not row.trivial))
     colors = {reward: _COLORS[i % len(_COLORS)] for i, reward in enumerate(rewards)}
+    colors |= {row.reward: _TRIVIAL_COLOR for row in rows if row.trivial}
     height = 1.9 + _ROW_INCHES * len(rows)
     fig = display.figure(figsize=(12, height), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
@@ -55,8 +76,23 @@ def validity_figure(rows: Sequence[FigureDiagnosis], title: str) -> Figure:
         ax.set_title(name, fontweight="bold")
         ax.set_xlabel(xlabel + _CHANCE_NOTE, fontsize=9)
     axes[0].set_yticks(range(len(rows)), [_row_label(row) for row in rows])
-    fig.suptitle(title, fontweight="bold")
+    for tick, row in zip(axes[0].get_yticklabels(), rows, strict=True):
+        if row.flagged:
+            tick.set_color(_FLAG_COLOR)
+    fig.suptitle(title + _warning(rows), fontweight="bold")
     return fig
+
+
+def _warning(rows: Sequence[FigureDiagnosis]) -> str:
+    """The few-prompts warning of the input (its trivial rows count every response)."""
+    counted = [r for r in rows if r.trivial] or list(rows)
+    widest = max(counted, key=lambda r: r.validity.mixed_prompts)
+    if few_prompts_warning(widest.validity) is None:
+        return ""
+    return (
+        f"\nwarning: {widest.validity.mixed_prompts} prompts with pairs (< {MIN_PROMPTS}): "
+        "the intervals are too narrow"
+    )
 
 
 def plot_validity(rows: Sequence[FigureDiagnosis], title: str, out_path: Path) -> Path:
@@ -70,23 +106,28 @@ def plot_validity(rows: Sequence[FigureDiagnosis], title: str, out_path: Path) -
 
 def _row_label(row: FigureDiagnosis) -> str:
     lower = "  (lower = better)" if (row.reward, row.figure) in LOWER_IS_BETTER else ""
-    return f"{row.reward}: {row.label}{lower}"
+    flag = "  NOT ABOVE TRIVIAL" if row.flagged else ""
+    return f"{row.reward}: {row.label}{lower}{flag}"
 
 
 def _value_text(row: FigureDiagnosis, figure: str) -> str:
-    """The value; on the pairs panel with the tied share when some pairs tie (a reward that
-    ties every pair reads 0 agreement, not a reversed order)."""
+    """The value; on the headline panel with its counts and the tied share when some pairs
+    tie (a reward that ties every pair reads 0.5, no signal)."""
     value = getattr(row.validity, figure)
-    ties = row.validity.pair_ties
-    if figure == "pair_agreement" and ties:
-        return f"{value:.3f} ({ties:.3f} tied)"
-    return f"{value:.3f}"
+    v = row.validity
+    if figure != "pair_auroc":
+        return f"{value:.3f}"
+    tied = f", {v.pair_ties:.2f} tied" if v.pair_ties else ""
+    return f"{value:.3f} ({v.mixed_prompts} prompts, {v.pairs} pairs{tied})"
 
 
 def _draw_panel(
     ax: Axes, rows: Sequence[FigureDiagnosis], figure: str, colors: dict[str, str]
 ) -> None:
     ax.axvline(0.5, color="#555555", ls=":", lw=1.2, zorder=0)
+    floor = strongest({r.reward: r.validity for r in rows if r.trivial}, figure)
+    if floor is not None:  # the value every reward must beat
+        ax.axvline(floor[1], color=_TRIVIAL_COLOR, ls="--", lw=1.2, zorder=0)
     for y, row in enumerate(rows[1:], start=1):
         if row.reward != rows[y - 1].reward:  # a rule between rewards
             ax.axhline(y - 0.5, color="#bbbbbb", lw=0.8, zorder=0)

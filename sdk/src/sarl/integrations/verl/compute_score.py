@@ -31,7 +31,9 @@ How verl 0.9.1 calls it (paths under ``verl/``):
   returns the same keys: ``score``, the reward's ``component_keys``, ``reward_failed`` and
   ``answer_correct`` (1.0 / 0.0 against the row's ground truth, ``None`` without one or after a
   failure; read by the reward-validity metrics, :mod:`sarl.integrations.verl.validity`, and
-  averaged by verl's validation metrics into an accuracy).
+  averaged by verl's validation metrics into an accuracy), and the trivial predictors
+  ``trivial.has_answer`` / ``trivial.format_valid`` (1.0 / 0.0, ``None`` likewise), measured
+  beside every reward there.
 * Several reward terms (the ``terms`` option, see :mod:`sarl.integrations.verl.terms`): ``score``
   is ``sum(weight * term)`` and the components are every term's score as ``reward/<name>`` and
   its components as ``<name>/<component>``, weight-0 terms included: the names the local runner
@@ -67,6 +69,7 @@ import math
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
+from sarl.evaluation.trivial import TRIVIAL, trivial_scores
 from sarl.integrations.verl.batcher import SHARED
 from sarl.integrations.verl.overrides import ScoreOptions, parse_score_options
 from sarl.integrations.verl.terms import WeightedRewards
@@ -231,7 +234,16 @@ def verl_result(output: RewardOutput, reward: Reward, sample: Sample | None = No
         result[key] = value if math.isfinite(value) else None
     result[FAILED_KEY] = 0.0
     result[ANSWER_CORRECT_KEY] = answer_correct(sample)
+    result.update(trivial_result(sample))
     return result
+
+
+def trivial_result(sample: Sample | None) -> dict[str, float | None]:
+    """The trivial predictors of correctness (:mod:`sarl.evaluation.trivial`) for the
+    reward-validity metrics; None without a ground truth (no validity is measured then)."""
+    if sample is None or sample.ground_truth is None:
+        return dict.fromkeys(TRIVIAL)
+    return {name: values[0] for name, values in trivial_scores([sample.response]).items()}
 
 
 def failed_result(score: float, reward: Reward) -> VerlResult:
@@ -241,6 +253,7 @@ def failed_result(score: float, reward: Reward) -> VerlResult:
     result.update({key: None for key in reward.component_keys})
     result[FAILED_KEY] = 1.0
     result[ANSWER_CORRECT_KEY] = None
+    result.update(trivial_result(None))
     return result
 
 

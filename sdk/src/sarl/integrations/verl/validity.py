@@ -9,7 +9,9 @@ What the extra info holds (:func:`sarl.integrations.verl.compute_score.verl_resu
 without one) and, with several terms (:mod:`sarl.integrations.verl.terms`), every term's own
 score as ``reward/<name>``, weight-0 terms included. So the rewards measured are the terms when
 there are ``reward/<name>`` keys, else the single reward (``reward_name``) from ``score``. The
-figures and their names are the local runner's (:mod:`sarl.evaluation.validity`,
+figures and their names are the local runner's, the trivial predictors of
+:mod:`sarl.evaluation.trivial` included (extra-info keys ``trivial.has_answer`` and
+``trivial.format_valid``; all-NaN when absent, then not logged) (:mod:`sarl.evaluation.validity`,
 ``validity/<reward>/{auroc,pair_agreement,pair_ties}``), with one difference: TRL averages the
 figures of a step's scoring batches, verl's batch is the whole step, so here they are over the
 step's batch at once.
@@ -27,6 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sarl.evaluation.trivial import TRIVIAL
 from sarl.evaluation.validity import validity
 from sarl.tracking.metrics import REWARD_PREFIX, validity_metric
 
@@ -80,7 +83,10 @@ def batch_validity(
     correct = [bool(f) for f in flags]
     groups = [_split_key(keys[i])[0] for i in picked]
     metrics: dict[str, float] = {}
-    for name, scores in reward_scores(chosen, reward_name).items():
+    columns = reward_scores(chosen, reward_name)
+    # The trivial predictors (compute_score.trivial_result), the floor read beside each reward.
+    columns |= {name: [_number(info.get(name)) for info in chosen] for name in TRIVIAL}
+    for name, scores in columns.items():
         for figure, value in validity(scores, correct, groups).as_metrics().items():
             metrics[validity_metric(name, figure)] = value
     return metrics
