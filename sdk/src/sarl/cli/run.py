@@ -72,6 +72,13 @@ def run_command(
             "--resume", help="Continue from the last complete checkpoint and the same MLflow run."
         ),
     ] = False,
+    take_over: Annotated[
+        bool,
+        typer.Option(
+            "--take-over",
+            help="With --resume: take over a run whose owner stopped renewing its lease (stale).",
+        ),
+    ] = False,
     sets: SetOpt = None,
     tracking_uri: TrackingUriOpt = None,
     workdir: WorkdirOpt = DEFAULT_WORKDIR,
@@ -88,6 +95,7 @@ def run_command(
             f"sarl run trains on this machine only with --local; to run {exp.name!r} on a "
             f"cluster use `sarl submit {experiment}`"
         )
+    from sarl.runner.faults import RunFailed
     from sarl.runner.interrupt import Terminated
     from sarl.runner.local import LocalOptions, run_local
     from sarl.storage import StorageError
@@ -97,14 +105,17 @@ def run_command(
         workdir=workdir,
         tracking_uri=tracking_uri,
         resume=resume,
+        take_over=take_over,
         tracking_uri_flag="--tracking-uri",
     )
     try:
         result = run_local(exp, opts)
     except PreflightError as e:
         raise fail(str(e)) from e
-    except (StorageError, TrackingError) as e:
-        typer.echo(f"error: {e}", err=True)
+    except (StorageError, TrackingError, RunFailed) as e:
+        # `sarl run --local --resume` in a fault's line is this document's command line.
+        again = _again(experiment, sets, "--local", "--resume")
+        typer.echo(f"error: {str(e).replace('sarl run --local --resume', again)}", err=True)
         raise typer.Exit(code=1) from e
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
         signum = e.signum if isinstance(e, Terminated) else 2  # SIGINT
@@ -122,6 +133,13 @@ def run_command(
         )
         return
     _print_summary(result)
+    if result.upload_pending:
+        again = _again(experiment, sets, "--local", "--resume")
+        typer.echo(
+            f"warning: training finished but the store did not take its last checkpoint; it is "
+            f"kept at {result.upload_pending}: upload it with `{again}`",
+            err=True,
+        )
 
 
 def _print_summary(result: RunResult) -> None:

@@ -78,6 +78,7 @@ def run_command(
             f"sarl study run runs on this machine only with --local; to run {doc.name!r} on a "
             f"cluster use `sarl submit {study}`"
         )
+    from sarl.runner.faults import RunFailed
     from sarl.storage import StorageError
     from sarl.study.runner import StudyOptions, run_study
     from sarl.tracking.tracker import TrackingError
@@ -93,7 +94,7 @@ def run_command(
         result = run_study(doc, opts)
     except PreflightError as e:
         raise fail(str(e)) from e
-    except (StorageError, TrackingError) as e:
+    except (StorageError, TrackingError, RunFailed) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(code=1) from e
     _print(result)

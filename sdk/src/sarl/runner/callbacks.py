@@ -15,6 +15,8 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from sarl.runner.recorder import BatchRecord
+from sarl.runner.saving import PendingUpload, keep_pending, save_with_retries
+from sarl.storage.base import StorageError
 
 # TRL's log keys -> sarl metric names (see sarl.tracking.metrics).
 _RENAMES = {
@@ -111,8 +113,10 @@ class CheckpointCallback(TrainerCallback):
     """Asks the Trainer to save every N steps and at the last step, then uploads the trainer
     checkpoint (weights, optimizer, scheduler, RNG, trainer state) to the store. The store
     writes the manifest last, so an interrupted upload never looks complete. ``before_save``
-    gets the local checkpoint directory before the upload (the session writes the tracking
-    spool's unsent tail into it)."""
+    gets the local checkpoint directory before the upload (the session checks the run's lease
+    and writes the tracking spool's unsent tail into it). Saves are retried
+    (:mod:`sarl.runner.saving`); when the last step's checkpoint still fails and ``run_dir`` is
+    given, it stays local and :attr:`pending` names it (training is done: not a failed run)."""
 
     def __init__(
         self,
@@ -121,6 +125,7 @@ class CheckpointCallback(TrainerCallback):
         metadata: Mapping[str, Any],
         keep_last: int,
         before_save: Callable[[Path], object] | None = None,
+        run_dir: Path | None = None,
     ):
         self.store = store
         self.every = every
@@ -128,6 +133,8 @@ class CheckpointCallback(TrainerCallback):
         self.keep_last = keep_last
         self.before_save = before_save
         self.saved: list[int] = []
+        self.run_dir = run_dir
+        self.pending: PendingUpload | None = None
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -146,7 +153,14 @@ class CheckpointCallback(TrainerCallback):
             return
         if self.before_save is not None:
             self.before_save(local)
-        self.store.save(step, local, {**self.metadata, "step": step})
+        metadata = {**self.metadata, "step": step}
+        try:
+            save_with_retries(self.store, step, local, metadata)
+        except StorageError as e:
+            if step < state.max_steps or self.run_dir is None:
+                raise
+            self.pending = keep_pending(self.run_dir, step, local, metadata, e)
+            return  # the local checkpoint stays: it is the only copy
         self.store.prune(self.keep_last)
         self.saved.append(step)
         # The store holds it now; keep the local disk bounded.

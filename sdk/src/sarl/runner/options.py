@@ -19,6 +19,8 @@ class LocalOptions:
     workdir: Path = Path(".sarl")
     tracking_uri: str | None = None
     resume: bool = False
+    #: Take over a run whose lease went stale (sarl.storage.lease): its owner stopped renewing.
+    take_over: bool = False
     progress: bool = True
     #: How the caller names ``tracking_uri`` in errors about it (the CLI: ``--tracking-uri``).
     tracking_uri_flag: str = "tracking_uri"

@@ -55,6 +55,8 @@ class RunResult(display.Rendered):
     spooled: int = 0
     spool_dir: str | None = None
     experiment_id: str | None = None  # the MLflow experiment holding the run
+    # The final checkpoint the store refused (sarl.runner.saving): kept here for --resume.
+    upload_pending: str | None = None
 
     # -- data ------------------------------------------------------------------------------------
 
@@ -139,6 +141,11 @@ class RunResult(display.Rendered):
                 page = ui_url(LOCAL_UI, self.experiment_id, self.run_id)
                 lines.append(f"then open {page}")
         lines.append(f"checkpoints: {self.checkpoint_uri}")
+        if self.upload_pending:
+            lines.append(
+                f"the final checkpoint did not reach the store; it is kept at "
+                f"{self.upload_pending}: upload it with `sarl run --local --resume`"
+            )
         if self.spooled:
             lines.append(self.spooled_line())
         metrics = display.Table(

@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from sarl.progress import status_line, transformers_bars_off
+from sarl.runner.faults import RunFailed, close_failed, explain
 from sarl.runner.interrupt import signals_interrupt
 from sarl.runner.options import LocalOptions
+from sarl.runner.ownership import RunOwnership, tag_owner
 from sarl.runner.result import RunResult
 from sarl.runner.resume import RunLookup, planned_steps
 from sarl.runner.rundir import RunDir, RunMarker
@@ -69,6 +71,7 @@ class LocalSession:
         self.rundir = RunDir(self.root)
         self.runs = RunLookup(self.rundir, tracking_uri, ckpt_uri)
         self._stack = contextlib.ExitStack()
+        self.owner: RunOwnership | None = None  # the run's lease, once train() took it
 
     def __enter__(self) -> LocalSession:
         try:
@@ -81,16 +84,33 @@ class LocalSession:
             raise
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: object) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        from sarl.storage.base import StorageError
+        from sarl.tracking.tracker import TrackingError
+
+        # A known fault (disk full, a dead service, a lost lease) becomes one line, recorded on
+        # the MLflow run as it is closed (sarl.runner.faults).
+        reason = explain(exc, self._places()) if isinstance(exc, Exception) else None
         try:
             if self.tracker is not None and exc_type is not None:
                 status = "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
-                # Never mask the original error with a tracking failure.
-                with contextlib.suppress(Exception):
-                    self.tracker.finish(status, wait_s=ABORT_WAIT_S)
+                close_failed(self.tracker, status, reason, ABORT_WAIT_S)  # never raises
             self._close_rewards()
         finally:
-            self._stack.close()  # signal handlers back, then the lock
+            self._stack.close()  # signal handlers back, the lease released, then the lock
+        if reason is not None and not isinstance(exc, StorageError | TrackingError):
+            raise RunFailed(reason) from exc  # callers show those two as they are already
+
+    def _places(self) -> dict[str, Path | str]:
+        """Where this run writes, for :func:`sarl.runner.faults.explain`."""
+        return {
+            "run": self.root,
+            "spool": self.root / "tracking",
+            "trainer": self.rundir.trainer,
+            "checkpoints": self.ckpt_uri,
+        }
 
     def _close_rewards(self) -> None:
         for reward, _ in self.rewards:
@@ -99,6 +119,7 @@ class LocalSession:
     def train(self) -> RunResult:
         import warnings
 
+        from sarl.runner.saving import upload_pending
         from sarl.storage import open_store
 
         # transformers renames gradient checkpointing; TRL still calls the old names each step.
@@ -108,6 +129,9 @@ class LocalSession:
 
         spec = self.exp.spec
         store = open_store(self.ckpt_uri, endpoint_url=spec.storage.endpoint_url)
+        # One owner per run (sarl.runner.ownership), before anything in the store is touched.
+        self.owner = self._stack.enter_context(RunOwnership(store, take_over=self.opts.take_over))
+        upload_pending(store, self.root)  # a finished run's last checkpoint the store refused
         store.clean_leftovers()  # of killed saves; a running save's directory is locked
         latest = store.latest() if self.opts.resume else None
         run_id = self.runs.to_continue(latest, self.opts.resume)
@@ -163,6 +187,7 @@ class LocalSession:
             name=self.exp.name,
             spooled=self.tracker.left,
             spool_dir=str(self.tracker.spool_dir),
+            upload_pending=self._ckpt_cb.pending.local if self._ckpt_cb.pending else None,
         )
 
     # -- nothing left to train -------------------------------------------------------------
@@ -259,10 +284,13 @@ class LocalSession:
             tracker = Tracker.resume(self.tracking_uri, run_id, spool_root=spools, carried=carried)
             # It replays the steps logged between its checkpoint and the interruption.
             self._logged = tracker.skip_logged_steps()
-            return tracker
-        return Tracker.start_experiment(
-            self.tracking_uri, self.exp, backend="local-trl", spool_root=spools
-        )
+        else:
+            tracker = Tracker.start_experiment(
+                self.tracking_uri, self.exp, backend="local-trl", spool_root=spools
+            )
+        if self.owner is not None:
+            tag_owner(tracker, self.owner)
+        return tracker
 
     def _download(self, store: Any, latest: Any) -> Path:
         """The trainer checkpoint of ``latest``: the local copy when it holds exactly the stored
@@ -333,7 +361,6 @@ class LocalSession:
             MapsCallback,
             MetricsCallback,
         )
-        from sarl.tracking.spool import IN_CHECKPOINT
 
         spec = self.exp.spec
         self._metrics_cb = MetricsCallback(self.tracker, record)
@@ -349,17 +376,24 @@ class LocalSession:
                 lambda step, m: self._evaluate(m, tokenizer, eval_problems, step),
             )
         )
-        trainer.add_callback(
-            CheckpointCallback(
-                store,
-                spec.storage.every_n_steps,
-                {"mlflow_run_id": self.tracker.run_id, "experiment": self.exp.name},
-                spec.storage.keep_last,
-                # The step's metrics are spooled already (on_log runs before on_save); their
-                # unsent tail becomes part of the checkpoint before the store makes it visible.
-                before_save=lambda local: self.tracker.snapshot(local / IN_CHECKPOINT),
-            )
+        self._ckpt_cb = CheckpointCallback(
+            store,
+            spec.storage.every_n_steps,
+            {"mlflow_run_id": self.tracker.run_id, "experiment": self.exp.name},
+            spec.storage.keep_last,
+            before_save=self._before_save,
+            run_dir=self.root,
         )
+        trainer.add_callback(self._ckpt_cb)
+
+    def _before_save(self, local: Path) -> None:
+        """Before a checkpoint is stored: still the run's owner, and the step's metrics (spooled
+        already: on_log runs before on_save) have their unsent tail in the checkpoint."""
+        from sarl.tracking.spool import IN_CHECKPOINT
+
+        if self.owner is not None:
+            self.owner.check()
+        self.tracker.snapshot(local / IN_CHECKPOINT)
 
     def _log_maps(self, step: int, record: Any) -> None:
         """Maps of the first responses of the batch TRL scored at ``step``."""
