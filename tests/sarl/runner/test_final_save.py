@@ -1,0 +1,142 @@
+"""S3 500s on the final checkpoint save (issue 37 item 6): before, four 500s in a row on the
+manifest's PUT (one more than the S3 client's retries) failed a run whose training had finished.
+Now the save is retried whole with backoff (bounded: ``SAVE_ATTEMPTS``); a final save that still
+fails keeps the checkpoint locally, names it, and ``sarl run --resume`` uploads it
+(:func:`~sarl.runner.saving.upload_pending`), while a save before the last step still fails the run.
+
+Real components: the moto S3 server behind the fault proxy of ``tests/sarl/storage/test_retries``
+(answering ``500 InternalError`` instead of its 503), transformers' own ``TrainingArguments`` and
+``TrainerState`` driving :class:`~sarl.runner.callbacks.CheckpointCallback` as the Trainer does.
+The backoff is shortened (what is tested is the number of attempts, not the waiting).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from transformers import TrainerControl, TrainerState, TrainingArguments  # noqa: E402
+
+from sarl.runner.callbacks import CheckpointCallback  # noqa: E402
+from sarl.runner.saving import PENDING, SAVE_ATTEMPTS, upload_pending  # noqa: E402
+from sarl.storage import StorageError, open_store  # noqa: E402
+from tests.sarl.storage.conftest import bucket, minio_client, s3_env  # noqa: E402, F401
+from tests.sarl.storage.test_retries import FaultyProxy, _handler  # noqa: E402
+
+INTERNAL = b"<?xml version='1.0'?><Error><Code>InternalError</Code><Message>boom</Message></Error>"
+LAST = 4
+
+
+@pytest.fixture
+def proxy500(s3_endpoint: str) -> Iterator[Callable[..., tuple[str, FaultyProxy]]]:
+    """The storage tests' fault proxy, answering 500 InternalError to the requests it fails."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(fail: Callable[[str, str, int], bool]) -> tuple[str, FaultyProxy]:
+        proxy = FaultyProxy(s3_endpoint, fail)
+        base = _handler(proxy)
+
+        class Handler500(base):  # type: ignore[misc, valid-type]
+            def _answer(self, status: int, headers: dict[str, str], data: bytes,
+                        head: bool = False) -> None:  # fmt: skip
+                if status == 503:
+                    status, data = 500, INTERNAL
+                super()._answer(status, headers, data, head)
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler500)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}", proxy
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def short_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sarl.runner.saving.BACKOFF_S", (0.05, 0.05))
+
+
+def _trainer_checkpoint(output: Path, step: int) -> Path:
+    local = output / f"checkpoint-{step}"
+    (local / "model").mkdir(parents=True)
+    (local / "model" / "weights.bin").write_bytes(bytes([step]) * 50_000)
+    (local / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
+    return local
+
+
+def _save(callback: CheckpointCallback, output: Path, step: int) -> None:
+    """What the Trainer does at ``step``: write checkpoint-N, then call on_save."""
+    _trainer_checkpoint(output, step)
+    args = TrainingArguments(output_dir=str(output), report_to=[])
+    state = TrainerState(global_step=step, max_steps=LAST)
+    callback.on_save(args, state, TrainerControl())
+
+
+def _manifest_puts(step: int, failures: int) -> Callable[[str, str, int], bool]:
+    name = f"step-{step:08d}/manifest.json"
+    return lambda method, path, attempt: method == "PUT" and name in path and attempt <= failures
+
+
+def test_four_500s_on_the_final_save_are_retried_and_the_checkpoint_lands(
+    proxy500: Callable[..., tuple[str, FaultyProxy]], bucket: str, tmp_path: Path
+) -> None:
+    endpoint, proxy = proxy500(_manifest_puts(LAST, failures=4))
+    store = open_store(f"s3://{bucket}/exp", endpoint_url=endpoint)
+    callback = CheckpointCallback(store, 2, {"mlflow_run_id": "r"}, keep_last=2)
+
+    _save(callback, tmp_path / "trainer", LAST)
+
+    assert proxy.injected == 4
+    latest = store.latest()
+    assert latest is not None and latest.step == LAST and callback.saved == [LAST]
+
+
+def test_a_final_save_the_store_keeps_refusing_is_kept_locally_and_uploaded_on_resume(
+    proxy500: Callable[..., tuple[str, FaultyProxy]], s3_endpoint: str, bucket: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    endpoint, proxy = proxy500(_manifest_puts(LAST, failures=10**6))
+    store = open_store(f"s3://{bucket}/exp", endpoint_url=endpoint)
+    run_dir = tmp_path / "run"
+    callback = CheckpointCallback(store, 2, {"mlflow_run_id": "r"}, keep_last=2, run_dir=run_dir)
+    output = tmp_path / "trainer"
+
+    _save(callback, output, 2)  # a healthy earlier checkpoint
+    _save(callback, output, LAST)  # training is done; no exception: not a failed run
+
+    pending = callback.pending
+    assert pending is not None and pending.step == LAST
+    assert Path(pending.local) == output / f"checkpoint-{LAST}" and Path(pending.local).is_dir()
+    assert "InternalError" in pending.error
+    assert proxy.injected == SAVE_ATTEMPTS * 4  # each attempt: 1 request + the client's 3 retries
+    latest = store.latest()
+    assert latest is not None and latest.step == 2  # the store's newest is still step 2
+
+    # `sarl run --resume` with the store healthy again uploads it first.
+    healthy = open_store(f"s3://{bucket}/exp", endpoint_url=s3_endpoint)
+    assert upload_pending(healthy, run_dir) == LAST
+    latest = healthy.latest()
+    assert latest is not None and latest.step == LAST
+    assert latest.metadata == {"mlflow_run_id": "r", "step": LAST}
+    assert not (run_dir / PENDING).exists()
+    assert upload_pending(healthy, run_dir) is None
+
+
+def test_a_save_before_the_last_step_that_keeps_failing_still_fails_the_run(
+    proxy500: Callable[..., tuple[str, FaultyProxy]], bucket: str, tmp_path: Path
+) -> None:
+    endpoint, _ = proxy500(_manifest_puts(2, failures=10**6))
+    store = open_store(f"s3://{bucket}/exp", endpoint_url=endpoint)
+    callback = CheckpointCallback(store, 2, {}, keep_last=2, run_dir=tmp_path / "run")
+    with pytest.raises(StorageError, match="InternalError"):
+        _save(callback, tmp_path / "trainer", 2)
+    assert callback.pending is None
