@@ -1,9 +1,10 @@
 """Creating the MLflow experiment and run that a :class:`~sarl.tracking.tracker.Tracker` logs to.
 
-Called by :meth:`Tracker.start <sarl.tracking.tracker.Tracker.start>` only, before the run's
-spool exists: these talk to MLflow directly (an unreachable server fails the start with one
-line, :func:`~sarl.tracking.store.guarded`). The experiment is created if missing and given
-sarl's tags (:mod:`sarl.tracking.describe`); the run's params are logged in MLflow-sized batches.
+Called by :meth:`Tracker.start <sarl.tracking.tracker.Tracker.start>` (and, for making a run MLflow
+lost again, :mod:`sarl.tracking.reattach`), before the run's spool exists: these talk to MLflow
+directly (an unreachable server fails the start with one line,
+:func:`~sarl.tracking.store.guarded`). The experiment is created if missing and given sarl's tags
+(:mod:`sarl.tracking.describe`); the run's params are logged in MLflow-sized batches.
 Everything sent is redacted (:func:`sarl.spec.secrets.redact`) first.
 """
 
@@ -12,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sarl.spec.secrets import redact
-from sarl.tracking.describe import experiment_tags, missing_experiment_tags
+from sarl.tracking.describe import NOTE_TAG, experiment_tags, missing_experiment_tags
 from sarl.tracking.params import MAX_PARAMS_TAGS_PER_BATCH, param_value
 from sarl.tracking.store import (
     TrackingError,
@@ -100,3 +101,29 @@ def log_params(client: MlflowClient, uri: str, run_id: str, params: Mapping[str,
             f"logging params of run {run_id}",
             partial(client.log_batch, run_id, params=list(batch)),
         )
+
+
+def run_info(
+    experiment: str, name: str, tags: Mapping[str, str], params: Mapping[str, str]
+) -> dict[str, Any]:
+    """What a run is, for its spool's header: enough to make it again if MLflow loses it
+    (:mod:`sarl.tracking.reattach`)."""
+    return {
+        "experiment": experiment,
+        "name": name,
+        "tags": {str(k): str(v) for k, v in tags.items()},
+        "params": {str(k): str(v) for k, v in params.items()},
+    }
+
+
+def resumed_run_info(client: MlflowClient, run: Any) -> dict[str, Any] | None:
+    """What a resumed run is (for the spool's header), read from MLflow; ``None`` if the
+    experiment cannot be read (the header then keeps what an earlier tracker wrote)."""
+    try:
+        experiment = client.get_experiment(run.info.experiment_id).name
+    except Exception as e:  # the run itself was readable; this is only for a later re-attach
+        _LOG.warning("tracking: could not read the experiment of run %s: %s", run, one_line(e))
+        return None
+    # MLflow's own tags (user, source, run name) are set again by MLflow on a new run.
+    tags = {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.") or k == NOTE_TAG}
+    return run_info(experiment, run.info.run_name, tags, run.data.params)

@@ -26,7 +26,10 @@ step, value), so it is not duplicated. :attr:`Tracker.waiting` says how many rec
 sends what the lost one could not. :meth:`finish` queues the run's status, waits up to
 ``finish_wait_s`` for the drain and returns either way; what is left stays in the spool, sent
 by ``sarl tracking flush <spool dir>`` (:attr:`Tracker.left` tells how many). Invalid metric
-names and values raise at once (before spooling); a request MLflow rejects is logged and dropped.
+names and values raise at once (before spooling); a record MLflow refuses for its content is kept in
+the spool's ``rejected.jsonl`` and counted (:attr:`Tracker.rejected`, the closing line); a run that
+MLflow lost keeps its records for ``sarl tracking flush --new-run`` (:mod:`sarl.tracking.drainer`
+sorts the failures).
 
 Resumed training. A run resumed from its checkpoint at step N replays the steps after N that were
 logged before the interruption, and MLflow cannot delete metric points; after
@@ -55,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from sarl.spec.secrets import redact
 from sarl.tracking import describe
 from sarl.tracking.describe import NOTE_TAG
-from sarl.tracking.drainer import Drainer, DrainSettings
+from sarl.tracking.drainer import Drainer, DrainSettings, closing_line
 from sarl.tracking.params import (
     MAX_METRICS_PER_BATCH,
     MAX_PARAM_VALUE_LENGTH,
@@ -63,8 +66,9 @@ from sarl.tracking.params import (
     flatten_params,
     param_value,
 )
-from sarl.tracking.run_setup import ensure_experiment, log_params
+from sarl.tracking.run_setup import ensure_experiment, log_params, resumed_run_info, run_info
 from sarl.tracking.spool import Spool
+from sarl.tracking.spool_records import INT64_MAX, INT64_MIN
 from sarl.tracking.store import (
     HTTP_ENV_DEFAULTS,
     TrackingError,
@@ -130,12 +134,14 @@ class Tracker:
         *,
         spool_dir: Path | None = None,
         settings: DrainSettings | None = None,
+        run_info: Mapping[str, Any] | None = None,
     ) -> None:
         self._client = client
         self.uri = uri
         self.experiment_id = experiment_id
         self._run_id = run_id
-        self.spool = Spool(spool_dir or DEFAULT_SPOOL_ROOT / run_id, run_id, uri)
+        # run_info goes to the spool's header: what makes the run again if MLflow loses it.
+        self.spool = Spool(spool_dir or DEFAULT_SPOOL_ROOT / run_id, run_id, uri, run_info=run_info)
         self._drainer = Drainer(self.spool, client, settings)
         self._drainer.start()
         self._logged: dict[str, int] = {}  # metric -> last step held before skip_logged_steps
@@ -191,6 +197,7 @@ class Tracker:
             run_id,
             spool_dir=(spool_root or DEFAULT_SPOOL_ROOT) / run_id,
             settings=settings,
+            run_info=run_info(experiment_name, run_name, redact(run_tags), params or {}),
         )
         tracker.log_text(spec_yaml, spec_artifact)
         return tracker
@@ -262,6 +269,7 @@ class Tracker:
             run_id,
             spool_dir=(spool_root or DEFAULT_SPOOL_ROOT) / run_id,
             settings=settings,
+            run_info=resumed_run_info(client, run),
         )
         for tail in carried:
             if (tail / "spool.json").is_file() and tracker.spool.adopt(tail):
@@ -303,6 +311,8 @@ class Tracker:
     def log_metrics(self, metrics: Mapping[str, float | None], step: int) -> None:
         """Spool ``metrics`` at ``step`` (one fsynced record) for the drainer to send; ``None``
         and NaN values are skipped. Never waits for MLflow (see the module docstring)."""
+        if not INT64_MIN <= int(step) <= INT64_MAX:
+            raise ValueError(f"step {step} is outside MLflow's int64 steps")
         now_ms = int(time.time() * 1000)
         points: list[tuple[str, float, int]] = []
         for key, value in metrics.items():
@@ -397,7 +407,8 @@ class Tracker:
         if self._finished:
             return
         self._finished = True
-        self.spool.append("status", {"status": status})
+        # The end time is now, even if MLflow only gets the record after an outage.
+        self.spool.append("status", {"status": status, "end_time": int(time.time() * 1000)})
         wait_s = self._drainer.settings.finish_wait_s if wait_s is None else wait_s
         self.left = self._drainer.drain(wait_s)
         self._drainer.stop()
@@ -414,20 +425,21 @@ class Tracker:
                 self.spool.root,
             )
 
+    @property
+    def rejected(self) -> int:
+        """Records MLflow refused for their content (kept in the spool's ``rejected.jsonl``)."""
+        return self._drainer.rejected
+
+    @property
+    def quarantined(self) -> int:
+        """Records that could not be sent as they were (kept in ``quarantine.jsonl``)."""
+        return self._drainer.quarantined
+
     def closing_line(self) -> str:
         """The line a training job prints when its tracker is finished: every record delivered,
-        or how many are still spooled and the command that sends them (the jobs' logs are where
-        an operator looks after an MLflow outage)."""
-        if not self.left:
-            return (
-                f"tracking: every record of run {self._run_id} reached MLflow; the spool "
-                f"{self.spool.root} keeps those up to the last checkpoint for a resume"
-            )
-        return (
-            f"tracking: {self.left} records of run {self._run_id} still spooled in "
-            f"{self.spool.root} (those up to the last checkpoint are also in it); "
-            f"send them with: sarl tracking flush {self.spool.root}"
-        )
+        or how many are still spooled (and why) and the command that sends them, and how many
+        MLflow refused (:func:`sarl.tracking.drainer.closing_line`)."""
+        return closing_line(self._drainer, self.left)
 
     def abandon(self) -> None:
         """Stop sending and let go of the spool without closing the run, as a process that dies
