@@ -268,7 +268,14 @@ def test_summary_json_has_exactly_the_documented_keys(report: StudyReport) -> No
     assert list(doc["arms"]) == list(ARMS)
     aggregate_keys = {f"{m}_{end}" for m in COMPARED for end in ("start", "end", "change")}
     for arm, data in doc["arms"].items():
-        assert set(data) == {"runs", "aggregate", "vs_reference", "flags", "validity"}
+        assert set(data) == {
+            "runs",
+            "aggregate",
+            "vs_reference",
+            "flags",
+            "validity",
+            "validity_windows",
+        }
         assert data["validity"] == {}  # these runs logged no reward validity
         assert list(data["runs"]) == [str(s) for s in SEEDS]
         for summary in data["runs"].values():

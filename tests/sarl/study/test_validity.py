@@ -17,16 +17,12 @@ from sarl.study.flags import (
     FLAG_VALIDITY_AT_CHANCE,
     at_chance,
 )
-from sarl.study.history import (
-    RunHistory,
-    load_study_runs,
-    summarize_validity,
-    validity_rewards,
-)
+from sarl.study.history import RunHistory, load_study_runs, validity_rewards
 from sarl.study.plot import VALIDITY_PANELS, curves_figure, plot_curves
 from sarl.study.render import validity_rows
 from sarl.study.report import StudyReport, build_report, headline_metrics
 from sarl.study.stats import Interval
+from sarl.study.validity_summary import step_windows, summarize_validity
 from tests.sarl.study.conftest import STEPS, K, log_study, make_study, plausible
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -68,7 +64,7 @@ def report_of(*runs: RunHistory) -> StudyReport:
 # -- one run ---------------------------------------------------------------------------------------
 
 
-def test_summary_of_one_run_is_quarter_means_per_reward() -> None:
+def test_summary_of_one_run_is_means_over_step_windows_per_reward() -> None:
     history = run("a", 0, reward=(0.2, 0.9), auroc=(0.9, 0.5))
     history.metrics["validity/ground_truth/auroc"] = [(1, 1.0)]
     assert validity_rewards(history) == ["ground_truth", STRUCTURE]
@@ -79,10 +75,55 @@ def test_summary_of_one_run_is_quarter_means_per_reward() -> None:
     assert structure["reward_end"] == pytest.approx(0.9 - step / 2)  # steps 7-8
     assert structure["auroc_end"] == pytest.approx(0.5 + 0.4 / 7 / 2)
     assert structure["pair_ties_start"] == 0.0
-    # ground_truth logged one AUROC point and nothing else: both quarters, the rest None
-    assert summary["ground_truth"]["auroc_start"] == summary["ground_truth"]["auroc_end"] == 1.0
+    assert structure["pair_auroc_end"] == pytest.approx(0.7)  # agreement 0.7 + ties 0 / 2
+    assert (structure["points_start"], structure["points_end"]) == (2, 2)
+    # ground_truth logged one AUROC point, at step 1: the start window (steps 1-2) holds it,
+    # the end window (steps 7-8) does not; the rest None
+    assert summary["ground_truth"]["auroc_start"] == 1.0
+    assert summary["ground_truth"]["auroc_end"] is None
     assert summary["ground_truth"]["reward_end"] is None
     assert summary["ground_truth"]["pair_agreement_start"] is None
+
+
+def test_start_and_end_are_windows_of_steps_not_of_logged_points() -> None:
+    """64 training steps; the AUROC was logged only at steps 30, 31 and 63 (batches without a
+    correct or an incorrect response define none). The start window is steps 1-16: no AUROC
+    there (quarters of the logged points would have called step 30 the start)."""
+    history = RunHistory("a", 0, "r", "FINISHED", {"accuracy": _line(0.3, 0.3, steps=64)})
+    history.metrics["validity/ttrl/auroc"] = [(30, 0.9), (31, 0.7), (63, 0.6)]
+    assert step_windows(history) == ((1, 16), (49, 64))
+    ttrl = summarize_validity(history)["ttrl"]
+    assert ttrl["auroc_start"] is None
+    assert ttrl["auroc_end"] == 0.6
+
+
+def test_vs_trivial_is_the_headline_minus_the_strongest_trivial_predictor() -> None:
+    history = run("a", 0, agreement=(0.6, 0.5), ties=(0.2, 0.2))  # pair AUROC 0.7 -> 0.6
+    for name, (a, t) in {
+        "trivial.has_answer": (0.5, 0.4),
+        "trivial.format_valid": (0.4, 0.4),
+    }.items():
+        history.metrics[f"validity/{name}/pair_agreement"] = _line(a, a)
+        history.metrics[f"validity/{name}/pair_ties"] = _line(t, t)
+    summary = summarize_validity(history)
+    step = 0.1 / 7
+    assert summary[STRUCTURE]["vs_trivial_start"] == pytest.approx(0.7 - step / 2 - 0.7)
+    assert summary[STRUCTURE]["vs_trivial_end"] == pytest.approx(0.6 + step / 2 - 0.7)
+    assert summary["trivial.has_answer"]["vs_trivial_end"] is None  # not compared with itself
+    report = report_of(history, run("a", 1))
+    assert report.below_trivial("a") == (STRUCTURE,)  # seed 1 logged no trivial: seed 0 decides
+    assert report.validity["a"][STRUCTURE]["vs_trivial_end"].n == 1
+    both = report_of(history, history.__class__("a", 1, "s1".ljust(32, "0"), "FINISHED",
+                                                dict(history.metrics)))  # fmt: skip
+    assert both.below_trivial("a") == (STRUCTURE,)
+    assert both.validity_seeds["a"][STRUCTURE]["vs_trivial_end"] == {
+        0: pytest.approx(-0.1 + step / 2),
+        1: pytest.approx(-0.1 + step / 2),
+    }
+    rows = {tuple(r[:2]): r for r in validity_rows(both)}
+    assert rows[("a", STRUCTURE)][7] == "NO"
+    assert rows[("a", "trivial.has_answer")][7] == "—"
+    assert list(rows)[-1] == ("a", "trivial.has_answer")  # the trivial predictors last
 
 
 def test_runs_without_validity_have_none() -> None:
@@ -193,13 +234,17 @@ def test_markdown_has_a_validity_table_and_names_the_flagged_reward(flagged: Stu
     assert "## Reward validity" in text
     rows = {tuple(r[:2]): r for r in validity_rows(flagged)}
     assert set(rows) == {("gt", "ground_truth"), ("sarl", STRUCTURE)}
-    assert rows[("sarl", STRUCTURE)][-1] == "AUROC, pair agreement (flag)"
+    assert rows[("sarl", STRUCTURE)][-1] == "pooled AUROC, within-prompt AUROC (flag)"
     assert rows[("gt", "ground_truth")][-1] == "—"
     assert rows[("gt", "ground_truth")][2] == "1.000 → 1.000 [1.000, 1.000]"
     sarl_row = next(line for line in text.splitlines() if line.startswith("| `sarl` | 0, 1 |"))
     assert sarl_row.endswith(f"| {FLAG_TEXT[FLAG_VALIDITY_AT_CHANCE]} ({STRUCTURE}) |")
     assert f"`{FLAG_VALIDITY_AT_CHANCE}`" in text  # the rule is stated under ## Flags
-    assert "| `sarl` | `structure` | 0.788 → 0.522 [0.513, 0.531] |" in text
+    assert (
+        "| `sarl` | `structure` | 0.775 → 0.475 [0.475, 0.475] | s0 0.475 (2 steps), s1 0.475 "
+        "(2 steps) | 0.788 → 0.522 [0.513, 0.531] |"
+    ) in text
+    assert "the training steps (steps 1–2 and 7–8, 2 steps each)" in text
 
 
 def test_summary_json_and_headline_metrics_carry_validity(flagged: StudyReport) -> None:

@@ -17,10 +17,15 @@ its width, paired differences to the range of a difference of two such values); 
 interval says so in ``report.md`` ("clipped to [0, 1]") and in ``summary.json``
 (``clipped_to``).
 
-Reward validity (:func:`~sarl.study.history.summarize_validity`), where the runs logged it: per
-arm and per reward, the same start / end / change over seeds of its AUROC, pair agreement, pair
-ties and of the reward term itself (``StudyReport.validity``), which the
-``validity_at_chance_reward_up`` flag reads (:mod:`sarl.study.flags`).
+Reward validity (:func:`~sarl.study.validity_summary.summarize_validity`), where the runs logged
+it: per arm and per reward (the trivial predictors of :mod:`sarl.evaluation.trivial` among them),
+the same start / end / change over seeds of its within-prompt AUROC (the headline), AUROC, pair
+agreement, pair ties, its difference to the strongest trivial predictor (``vs_trivial``) and of
+the reward term itself (``StudyReport.validity``), which the ``validity_at_chance_reward_up`` flag
+reads (:mod:`sarl.study.flags`); the per-seed values of the end window
+(``StudyReport.validity_seeds``), the step windows of each run (``validity_windows``), and the
+rewards that do not beat the trivial floor (:meth:`StudyReport.below_trivial`: mean over seeds
+of ``vs_trivial_end`` at most 0, means as the chance flag reads them).
 """
 
 from __future__ import annotations
@@ -35,18 +40,25 @@ from sarl.study.history import (
     HELDOUT,
     RUN_KEYS,
     TRAINING_METRICS,
-    VALIDITY_SUMMARY,
     RunHistory,
     eval_metric,
     summarize_run,
-    summarize_validity,
 )
 from sarl.study.render import markdown
 from sarl.study.stats import DEFAULT_CONFIDENCE, Interval, mean_interval, paired_difference
+from sarl.study.validity_summary import (
+    VALIDITY_SUMMARY,
+    Window,
+    step_windows,
+    summarize_validity,
+)
 from sarl.tracking.metrics import SHARE, Range, metric_info, reward_metric
 
 if TYPE_CHECKING:
     import pandas as pd
+
+#: The validity figures of the end window kept per seed (the report shows the points).
+PER_SEED: tuple[str, ...] = ("pair_auroc_end", "vs_trivial_end", "auroc_end", "points_end")
 
 
 @dataclass(frozen=True)
@@ -70,10 +82,27 @@ class StudyReport:
     confidence: float = DEFAULT_CONFIDENCE
     benchmark: str = HELDOUT  # whose avg@k / pass@k the eval_* values are
     validity: dict[str, dict[str, dict[str, Interval]]] = field(default_factory=dict)
+    #: arm -> reward -> one of :data:`PER_SEED` -> seed -> value (None: not logged).
+    validity_seeds: dict[str, dict[str, dict[str, dict[int, float | None]]]] = field(
+        default_factory=dict
+    )
+    #: arm -> seed -> (start window, end window) of training steps (first, last included).
+    validity_windows: dict[str, dict[int, tuple[Window, Window]]] = field(default_factory=dict)
 
     def validity_flagged(self, arm: str) -> tuple[str, ...]:
         """The rewards of ``arm`` that raise ``validity_at_chance_reward_up``."""
         return validity_flagged(self.validity.get(arm, {}))
+
+    def below_trivial(self, arm: str) -> tuple[str, ...]:
+        """The rewards of ``arm`` whose end-window within-prompt AUROC does not beat the
+        strongest trivial predictor's (mean over seeds of the difference <= 0)."""
+        return tuple(
+            reward
+            for reward, figures in self.validity.get(arm, {}).items()
+            if (iv := figures.get("vs_trivial_end")) is not None
+            and iv.mean is not None
+            and iv.mean <= 0
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The ``summary.json`` document (seed keys as strings)."""
@@ -90,9 +119,20 @@ class StudyReport:
                     "validity": {
                         reward: {
                             "aggregate": {m: iv.to_dict() for m, iv in figures.items()},
+                            "per_seed": {
+                                key: {str(seed): v for seed, v in by_seed.items()}
+                                for key, by_seed in self.validity_seeds.get(arm, {})
+                                .get(reward, {})
+                                .items()
+                            },
                             "flagged": reward in self.validity_flagged(arm),
+                            "below_trivial": reward in self.below_trivial(arm),
                         }
                         for reward, figures in self.validity.get(arm, {}).items()
+                    },
+                    "validity_windows": {
+                        str(seed): {"start": list(start), "end": list(end)}
+                        for seed, (start, end) in self.validity_windows.get(arm, {}).items()
                     },
                 }
                 for arm in self.arms
@@ -172,6 +212,11 @@ def build_report(
             raise ValueError(f"arm {history.arm!r} seed {history.seed} has two runs")
         runs[history.arm][history.seed] = summarize_run(history, k, benchmark=benchmark)
     validity = {arm: _validity(histories, arm, confidence) for arm in order}
+    seeds = {arm: _validity_seeds(histories, arm) for arm in order}
+    windows = {
+        arm: {h.seed: w for h in histories if h.arm == arm and (w := step_windows(h)) is not None}
+        for arm in order
+    }
     all_notes += _coverage_notes(runs, reference_arm)
     per_seed = {arm: _per_seed(runs[arm]) for arm in order}
     bounds = value_ranges(k, benchmark)
@@ -205,6 +250,8 @@ def build_report(
         confidence=confidence,
         benchmark=benchmark,
         validity=validity,
+        validity_seeds=seeds,
+        validity_windows=windows,
     )
 
 
@@ -233,7 +280,7 @@ def _validity(
         rows = [by_reward.get(reward, {}) for by_reward in per_seed.values()]
         figures: dict[str, Interval] = {}
         for figure in VALIDITY_SUMMARY:
-            bounds = metric_info(reward_metric(reward)).range if figure == "reward" else SHARE
+            bounds = _bounds(reward, figure)
             start = [row.get(f"{figure}_start") for row in rows]
             end = [row.get(f"{figure}_end") for row in rows]
             change = [
@@ -244,6 +291,29 @@ def _validity(
             figures[f"{figure}_change"] = mean_interval(change, confidence, bounds.difference())
         out[reward] = figures
     return out
+
+
+def _bounds(reward: str, figure: str) -> Range:
+    """The values a validity summary figure can take (the reward term's own range)."""
+    if figure == "reward":
+        return metric_info(reward_metric(reward)).range
+    return SHARE.difference() if figure == "vs_trivial" else SHARE
+
+
+def _validity_seeds(
+    histories: Sequence[RunHistory], arm: str
+) -> dict[str, dict[str, dict[int, float | None]]]:
+    """reward -> each :data:`PER_SEED` key -> seed -> value, for the arm's seeds."""
+    per_seed = {h.seed: summarize_validity(h) for h in sorted(histories, key=lambda h: h.seed)
+                if h.arm == arm}  # fmt: skip
+    rewards = sorted({reward for by_reward in per_seed.values() for reward in by_reward})
+    return {
+        reward: {
+            key: {seed: by_reward.get(reward, {}).get(key) for seed, by_reward in per_seed.items()}
+            for key in PER_SEED
+        }
+        for reward in rewards
+    }
 
 
 def _per_seed(runs: Mapping[int, Mapping[str, Any]]) -> dict[str, dict[int, float | None]]:
@@ -275,4 +345,4 @@ def _coverage_notes(runs: Mapping[str, Mapping[int, Any]], reference: str) -> li
     return notes
 
 
-__all__ = ["StudyReport", "build_report", "value_ranges"]
+__all__ = ["PER_SEED", "StudyReport", "build_report", "value_ranges"]

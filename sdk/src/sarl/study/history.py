@@ -7,8 +7,8 @@ Study runner at the end of a Study. A Study is one MLflow *parent run* (tags ``s
 the parent run's id, :func:`load_study_runs` reads the nested runs' metric histories (with
 :func:`sarl.tracking.history.metric_histories`, as ``sarl compare`` does), and
 :func:`summarize_run` (pure) turns one history into the numbers the report compares;
-:func:`summarize_validity` (pure) does the same for the reward-validity figures the run logged
-(``validity/<reward>/...``, next to the reward term ``reward/<reward>``).
+:func:`validity_rewards` names the rewards whose validity it logged (``validity/<reward>/...``);
+:mod:`sarl.study.validity_summary` summarizes those.
 
 Which runs count: only ``FINISHED`` ones (a failed or still running run would bias its arm); when
 one arm x seed has several ``FINISHED`` runs (the Study was re-run under the same parent), the
@@ -56,13 +56,10 @@ from sarl.tracking.metrics import (
     STRUCTURE_DEGENERATE,
     STRUCTURE_PATH_LENGTH,
     STRUCTURE_SCORE,
-    VALIDITY_FIGURES,
     VALIDITY_PREFIX,
     eval_avg_at,
     eval_pass_at,
     metric_key,
-    reward_metric,
-    validity_metric,
 )
 from sarl.tracking.store import (
     TrackingError,
@@ -103,10 +100,6 @@ COMPARED: tuple[str, ...] = (*EVAL_METRICS, *TRAINING_METRICS)
 #: Training metrics read from MLflow beyond :data:`TRAINING_METRICS` (plots, tables); every
 #: ``eval/...``, ``reward/...`` and ``validity/...`` metric is read too.
 EXTRA_METRICS: tuple[str, ...] = (REWARD_MEAN, FRAC_REWARD_ZERO_STD)
-#: Per reward whose validity a run logged (:func:`validity_rewards`): the figures
-#: :func:`summarize_validity` gives a start and an end of (quarter means), ``reward`` being the
-#: reward term's own unweighted value ``reward/<name>``.
-VALIDITY_SUMMARY: tuple[str, ...] = (*VALIDITY_FIGURES, "reward")
 
 # Study names are DNS-1123 labels; anything outside this cannot be one and is refused before it
 # reaches a filter string.
@@ -395,26 +388,6 @@ def validity_rewards(history: RunHistory) -> list[str]:
     return sorted({m.group(1) for key in history.metrics if (m := _VALIDITY.match(key))})
 
 
-def summarize_validity(history: RunHistory) -> dict[str, dict[str, float | None]]:
-    """Per reward of :func:`validity_rewards`: ``<figure>_start`` and ``<figure>_end`` of each
-    :data:`VALIDITY_SUMMARY` figure, the means of its first and last quarter of logged steps
-    (:func:`quarter_means`, as the training metrics); ``None`` where the run did not log it.
-
-    A figure is logged only at steps whose batch defined it (both correct and incorrect
-    responses; for the pair figures, within one prompt), so its quarters are of those steps.
-    """
-    out: dict[str, dict[str, float | None]] = {}
-    for reward in validity_rewards(history):
-        keys = {figure: validity_metric(reward, figure) for figure in VALIDITY_FIGURES}
-        keys["reward"] = reward_metric(reward)
-        row: dict[str, float | None] = {}
-        for figure in VALIDITY_SUMMARY:
-            start, end = quarter_means(history.metrics.get(keys[figure], []))
-            row[f"{figure}_start"], row[f"{figure}_end"] = start, end
-        out[reward] = row
-    return out
-
-
 __all__ = [
     "COMPARED",
     "EVAL_METRICS",
@@ -422,7 +395,6 @@ __all__ = [
     "RUN_KEYS",
     "STUDY_SPEC_ARTIFACTS",
     "TRAINING_METRICS",
-    "VALIDITY_SUMMARY",
     "RunHistory",
     "StudyParent",
     "eval_metric",
@@ -434,6 +406,5 @@ __all__ = [
     "open_store",
     "quarter_means",
     "summarize_run",
-    "summarize_validity",
     "validity_rewards",
 ]

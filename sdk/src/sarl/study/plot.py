@@ -6,10 +6,14 @@ picture inline in a notebook) through :func:`curves_figure`. Panels: held-out av
 response length, training accuracy, KL, entropy; each y axis names its metric in words with the
 unit (:func:`sarl.tracking.metrics.metric_info`). When the runs logged reward validity
 (``validity/<reward>/...``, :mod:`sarl.evaluation.validity`), a third row shows, under SR and
-accuracy, each arm's rewards' AUROC against correctness and within-prompt pair agreement (0.5
-dotted: chance) and the reward terms themselves, one colour per arm and one line style per
-reward: a reward whose validity sinks to chance while its term keeps rising is being hacked
-(the ``validity_at_chance_reward_up`` flag of :mod:`sarl.study.flags`).
+accuracy, each arm's rewards' within-prompt AUROC (the headline: agreement + ties / 2, derived
+per step by :func:`sarl.study.validity_summary.with_pair_auroc`) and pooled AUROC against
+correctness (secondary; 0.5 dotted: chance) and the reward terms themselves, one colour per arm
+and one line style per reward; the trivial predictor "has an answer"
+(:mod:`sarl.evaluation.trivial`) in dense dots beside them, the floor a reward must beat ("answer
+format is valid" nearly coincides with it and is left to the report's table). A reward
+whose validity sinks to chance while its term keeps rising is being hacked (the
+``validity_at_chance_reward_up`` flag of :mod:`sarl.study.flags`).
 
 Seeds are aligned by step: at each step an arm's thick line is the mean over the seeds that
 logged that step. Its spread is drawn as each seed's thin line when the arm has fewer than
@@ -26,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sarl.evaluation.trivial import HAS_ANSWER, is_trivial
 from sarl.study.history import (
     HELDOUT,
     RunHistory,
@@ -35,6 +40,7 @@ from sarl.study.history import (
     validity_rewards,
 )
 from sarl.study.stats import DEFAULT_CONFIDENCE, mean_interval
+from sarl.study.validity_summary import pair_auroc_key, with_pair_auroc
 from sarl.tracking.metrics import (
     ACCURACY,
     ENTROPY,
@@ -70,15 +76,18 @@ _ROW_HEIGHT = 3.9  # inches per row of panels
 #: The validity row: (title, figure of ``validity/<reward>/<figure>`` or ``reward`` for the term
 #: ``reward/<reward>``, y label).
 VALIDITY_PANELS: tuple[tuple[str, str, str], ...] = (
-    ("reward validity: AUROC", "auroc", "AUROC vs correctness (0.5 = chance)"),
     (
-        "reward validity: pairs in a prompt",
-        "pair_agreement",
-        "correct > incorrect pairs of a prompt (share)",
+        "reward validity: within-prompt AUROC",
+        "pair_auroc",
+        "pairs of a prompt ordered right, ties 1/2 (0.5 = chance)",
     ),
+    ("validity (secondary): pooled AUROC", "auroc", "AUROC vs correctness over the batch"),
     ("reward terms (unweighted)", "reward", "reward term value"),
 )
 _REWARD_STYLES = ("-", "--", ":", "-.")
+#: The trivial predictor drawn beside the rewards (format_valid nearly coincides with it).
+_TRIVIAL_DRAWN = HAS_ANSWER
+_TRIVIAL_STYLE: Any = (0, (1, 1))  # dense dots
 
 
 class Band(NamedTuple):
@@ -177,7 +186,8 @@ def curves_figure(
     colors = {arm: palette(i % 10) for i, arm in enumerate(order)}
     window = smoothing_window(_training_steps(histories))
 
-    rewards = {arm: sorted({r for h in by_arm[arm] for r in validity_rewards(h)}) for arm in order}
+    by_arm = {arm: [with_pair_auroc(h) for h in runs] for arm, runs in by_arm.items()}
+    rewards = {arm: _drawn_rewards(by_arm[arm]) for arm in order}
     styles = _reward_styles(rewards)
     rows = 3 if styles else 2
     fig = figure(figsize=(13, _ROW_HEIGHT * rows), layout="constrained")
@@ -196,17 +206,36 @@ def curves_figure(
     return fig
 
 
-def _reward_styles(rewards: Mapping[str, Sequence[str]]) -> dict[str, str]:
-    """One line style per reward any arm logged validity for (styles repeat past four)."""
-    names = sorted({r for names in rewards.values() for r in names})
-    return {r: _REWARD_STYLES[i % len(_REWARD_STYLES)] for i, r in enumerate(names)}
+def _drawn_rewards(runs: Sequence[RunHistory]) -> list[str]:
+    """The rewards whose validity the arm's runs logged, and "has an answer" last."""
+    names = sorted({r for h in runs for r in validity_rewards(h)})
+    return [r for r in names if not is_trivial(r)] + [r for r in names if r == _TRIVIAL_DRAWN]
 
 
-def _style_legend(styles: Mapping[str, str]) -> list[Any]:
+def _reward_styles(rewards: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """One line style per reward any arm logged validity for (styles repeat past four), the
+    trivial predictor dense dots."""
+    names = sorted({r for names in rewards.values() for r in names if not is_trivial(r)})
+    styles: dict[str, Any] = {
+        r: _REWARD_STYLES[i % len(_REWARD_STYLES)] for i, r in enumerate(names)
+    }
+    if any(_TRIVIAL_DRAWN in names for names in rewards.values()):
+        styles[_TRIVIAL_DRAWN] = _TRIVIAL_STYLE
+    return styles
+
+
+def _style_legend(styles: Mapping[str, Any]) -> list[Any]:
     from matplotlib.lines import Line2D
 
     return [
-        Line2D([], [], color="#333333", ls=ls, lw=THICK_LW * 0.7, label=f"reward {reward}")
+        Line2D(
+            [],
+            [],
+            color="#333333",
+            ls=ls,
+            lw=THICK_LW * 0.7,
+            label="trivial: has an answer" if is_trivial(reward) else f"reward {reward}",
+        )
         for reward, ls in styles.items()
     ]
 
@@ -292,7 +321,7 @@ def _draw_validity_panel(
     drawn = False
     for arm, names in rewards.items():
         for reward in names:
-            key = reward_metric(reward) if figure == "reward" else validity_metric(reward, figure)
+            key = _validity_key(reward, figure)
             drawn = _draw_arm(ax, by_arm[arm], key, colors[arm], window, styles[reward]) or drawn
     if not drawn:
         _no_data(ax)
@@ -303,6 +332,12 @@ def _draw_validity_panel(
                 transform=ax.get_yaxis_transform())  # fmt: skip
         ax.set_ylim(-0.02, 1.02)
     finish_axes(ax, label)
+
+
+def _validity_key(reward: str, figure: str) -> str:
+    if figure == "reward":
+        return reward_metric(reward)
+    return pair_auroc_key(reward) if figure == "pair_auroc" else validity_metric(reward, figure)
 
 
 def _draw_arm(

@@ -34,7 +34,10 @@ from sarl.study.stats import Interval
 
 # Number formats per metric in report.md (lengths are token counts; the rest are rates or small).
 _FORMATS: Mapping[str, str] = {"length": ".1f", "kl": ".4f"}
-_FIGURE_NAMES: Mapping[str, str] = {"auroc": "AUROC", "pair_agreement": "pair agreement"}
+_FIGURE_NAMES: Mapping[str, str] = {
+    "auroc": "pooled AUROC",
+    "pair_agreement": "within-prompt AUROC",
+}
 _LABELS: Mapping[str, str] = {
     "eval_accuracy": "held-out avg@{k}",
     "eval_pass": "held-out pass@{k}",
@@ -91,8 +94,18 @@ class ReportView(Protocol):
     @property
     def validity(self) -> Mapping[str, Mapping[str, Mapping[str, Interval]]]: ...
 
+    @property
+    def validity_seeds(self) -> Mapping[str, Mapping[str, Mapping[str, Mapping[int, Any]]]]: ...
+
+    @property
+    def validity_windows(self) -> Mapping[str, Mapping[int, Any]]: ...
+
     def validity_flagged(self, arm: str) -> tuple[str, ...]:
         """The rewards of ``arm`` that raise ``validity_at_chance_reward_up``."""
+        ...
+
+    def below_trivial(self, arm: str) -> tuple[str, ...]:
+        """The rewards of ``arm`` that do not beat the strongest trivial predictor."""
         ...
 
 
@@ -166,37 +179,86 @@ def validity_columns() -> list[str]:
     return [
         "arm",
         "reward",
-        "AUROC start → end",
-        "pair agreement start → end",
+        "within-prompt AUROC start → end",
+        "per seed (end)",
+        "pooled AUROC start → end",
         "pair ties (end)",
+        "vs trivial (end)",
+        "beats trivial",
         "Δ reward",
         "at chance",
     ]
 
 
 def validity_rows(report: ReportView) -> list[list[str]]:
-    """One row per arm and reward whose validity the runs logged: AUROC and within-prompt
-    pair agreement (first → last quarter), pair ties at the end, the reward term's change, and
+    """One row per arm and reward whose validity the runs logged, the trivial predictors last:
+    the headline within-prompt AUROC (first → last quarter of the steps) with its per-seed end
+    values, the pooled AUROC, pair ties at the end, the difference to the strongest trivial
+    predictor (per seed in brackets) and whether it beats it, the reward term's change, and
     which late-window figures are at chance (``flag`` when the reward also rose)."""
     rows: list[list[str]] = []
     for arm in report.arms:
-        flagged = report.validity_flagged(arm)
-        for reward, figures in report.validity.get(arm, {}).items():
+        flagged, below = report.validity_flagged(arm), report.below_trivial(arm)
+        by_reward = report.validity.get(arm, {})
+        seeds = report.validity_seeds.get(arm, {})
+        for reward in sorted(by_reward, key=lambda r: (r.startswith("trivial."), r)):
+            figures, per_seed = by_reward[reward], seeds.get(reward, {})
             chance = ", ".join(_FIGURE_NAMES[f] for f in at_chance(figures)) or "—"
             if reward in flagged:
                 chance += " (flag)"
+            vs = figures.get("vs_trivial_end")
+            vs_cell = "—" if vs is None or vs.mean is None else _iv(vs, "vs", signed=True)
+            if vs_cell != "—":
+                vs_cell += f" ({_seed_values(per_seed.get('vs_trivial_end', {}), signed=True)})"
+            beats = "—" if vs_cell == "—" else ("NO" if reward in below else "yes")
             rows.append(
                 [
                     arm,
                     reward,
+                    _start_end(figures, "pair_auroc"),
+                    _seed_values(per_seed.get("pair_auroc_end", {}), per_seed.get("points_end")),
                     _start_end(figures, "auroc"),
-                    _start_end(figures, "pair_agreement"),
                     _iv(figures["pair_ties_end"], "pair_ties"),
+                    vs_cell,
+                    beats,
                     _iv(figures["reward_change"], "reward", signed=True),
                     chance,
                 ]
             )
     return rows
+
+
+def _seed_values(
+    values: Mapping[int, float | None],
+    points: Mapping[int, float | None] | None = None,
+    signed: bool = False,
+) -> str:
+    """``s0 0.62 (16 steps), s1 0.58 (15 steps)``: each seed's end value (and at how many
+    steps of the window it was logged); ``—`` without values."""
+    cells = []
+    for seed, value in values.items():
+        n = None if points is None else points.get(seed)
+        steps = "" if n is None else f" ({int(n)} steps)"
+        cells.append(f"s{seed} {_num(value, '', signed)}{steps}")
+    return ", ".join(cells) or "—"
+
+
+def windows_text(report: ReportView) -> str:
+    """Which steps "start" and "end" hold: ``steps 1-16 and 49-64, 16 steps each`` when every
+    run has the same windows, else per arm and seed."""
+    found = {w for by_seed in report.validity_windows.values() for w in by_seed.values()}
+
+    def one(w: Any) -> str:
+        (a, b), (c, d) = w
+        return f"steps {a}–{b} and {c}–{d}, {b - a + 1} steps each"
+
+    if len(found) == 1:
+        return one(next(iter(found)))
+    return "; ".join(
+        f"{arm} s{seed}: {one(w)}"
+        for arm, by_seed in report.validity_windows.items()
+        for seed, w in by_seed.items()
+    )
 
 
 def paired_rows(report: ReportView) -> list[list[str]]:
@@ -273,11 +335,19 @@ def _validity_section(report: ReportView) -> list[str]:
         "",
         "## Reward validity",
         "",
-        "Does each reward rank the policy's correct responses above its wrong ones? AUROC vs "
-        f"correctness over each training batch ({CHANCE:g} = chance) and the share of "
-        "(correct, incorrect) pairs of one prompt the reward orders correctly (what GRPO's "
-        "advantage uses; ties apart), each the mean of the first → last quarter of the logged "
-        "steps, over seeds; Δ reward: the reward term's own change (last quarter − first).",
+        "Does each reward rank the policy's correct responses above its wrong ones? The "
+        "headline is the within-prompt AUROC: the (correct, incorrect) pairs of one prompt the "
+        "reward orders right, ties counting 1/2 (what GRPO's advantage uses; "
+        f"{CHANCE:g} = chance); the pooled AUROC over each training batch is secondary (it also "
+        "credits telling easy prompts from hard ones). Start → end: means over the first and "
+        f"the last quarter of the training steps ({windows_text(report)}), whether or not a "
+        "figure was logged at each (it is not where a batch has no pair); then means over "
+        "seeds with their interval and, per seed, the end value and at how many steps of the "
+        "window it was logged. `trivial.has_answer` / `trivial.format_valid` score 1 when a "
+        "response has a boxed answer / a well-formed one: the floor a reward must beat. vs "
+        "trivial: the within-prompt AUROC minus the strongest trivial predictor's, same run "
+        "and window (per seed in brackets); beats trivial: NO where its mean over seeds is "
+        "≤ 0. Δ reward: the reward term's own change (last quarter − first).",
         "",
         "| " + " | ".join(validity_columns()) + " |",
         "|" + "---|" * len(validity_columns()),
@@ -312,4 +382,5 @@ __all__ = [
     "paired_rows",
     "validity_columns",
     "validity_rows",
+    "windows_text",
 ]
