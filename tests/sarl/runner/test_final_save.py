@@ -13,6 +13,7 @@ The backoff is shortened (what is tested is the number of attempts, not the wait
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -21,16 +22,30 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from transformers import TrainerControl, TrainerState, TrainingArguments  # noqa: E402
+from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from sarl.runner.callbacks import CheckpointCallback  # noqa: E402
-from sarl.runner.saving import PENDING, SAVE_ATTEMPTS, upload_pending  # noqa: E402
-from sarl.storage import StorageError, open_store  # noqa: E402
-from tests.sarl.storage.conftest import bucket, minio_client, s3_env  # noqa: E402, F401
-from tests.sarl.storage.test_retries import FaultyProxy, _handler  # noqa: E402
+from sarl.runner.callbacks import CheckpointCallback
+from sarl.runner.saving import PENDING, SAVE_ATTEMPTS, upload_pending
+from sarl.storage import StorageError, open_store
+from tests.sarl.storage.conftest import ACCESS_KEY, SECRET_KEY
+from tests.sarl.storage.test_retries import FaultyProxy, _handler
 
 INTERNAL = b"<?xml version='1.0'?><Error><Code>InternalError</Code><Message>boom</Message></Error>"
 LAST = 4
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new bucket on the session's moto server, and its credentials in the environment."""
+    from minio import Minio
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    client = Minio(s3_endpoint.removeprefix("http://"), access_key=ACCESS_KEY,
+                   secret_key=SECRET_KEY, secure=False)  # fmt: skip
+    name = f"sarl-{uuid.uuid4().hex[:12]}"
+    client.make_bucket(name)
+    return name
 
 
 @pytest.fixture
@@ -87,10 +102,10 @@ def _manifest_puts(step: int, failures: int) -> Callable[[str, str, int], bool]:
 
 
 def test_four_500s_on_the_final_save_are_retried_and_the_checkpoint_lands(
-    proxy500: Callable[..., tuple[str, FaultyProxy]], bucket: str, tmp_path: Path
+    proxy500: Callable[..., tuple[str, FaultyProxy]], s3_bucket: str, tmp_path: Path
 ) -> None:
     endpoint, proxy = proxy500(_manifest_puts(LAST, failures=4))
-    store = open_store(f"s3://{bucket}/exp", endpoint_url=endpoint)
+    store = open_store(f"s3://{s3_bucket}/exp", endpoint_url=endpoint)
     callback = CheckpointCallback(store, 2, {"mlflow_run_id": "r"}, keep_last=2)
 
     _save(callback, tmp_path / "trainer", LAST)
@@ -101,11 +116,11 @@ def test_four_500s_on_the_final_save_are_retried_and_the_checkpoint_lands(
 
 
 def test_a_final_save_the_store_keeps_refusing_is_kept_locally_and_uploaded_on_resume(
-    proxy500: Callable[..., tuple[str, FaultyProxy]], s3_endpoint: str, bucket: str,
+    proxy500: Callable[..., tuple[str, FaultyProxy]], s3_endpoint: str, s3_bucket: str,
     tmp_path: Path,
 ) -> None:  # fmt: skip
     endpoint, proxy = proxy500(_manifest_puts(LAST, failures=10**6))
-    store = open_store(f"s3://{bucket}/exp", endpoint_url=endpoint)
+    store = open_store(f"s3://{s3_bucket}/exp", endpoint_url=endpoint)
     run_dir = tmp_path / "run"
     callback = CheckpointCallback(store, 2, {"mlflow_run_id": "r"}, keep_last=2, run_dir=run_dir)
     output = tmp_path / "trainer"
@@ -122,7 +137,7 @@ def test_a_final_save_the_store_keeps_refusing_is_kept_locally_and_uploaded_on_r
     assert latest is not None and latest.step == 2  # the store's newest is still step 2
 
     # `sarl run --resume` with the store healthy again uploads it first.
-    healthy = open_store(f"s3://{bucket}/exp", endpoint_url=s3_endpoint)
+    healthy = open_store(f"s3://{s3_bucket}/exp", endpoint_url=s3_endpoint)
     assert upload_pending(healthy, run_dir) == LAST
     latest = healthy.latest()
     assert latest is not None and latest.step == LAST
@@ -132,10 +147,10 @@ def test_a_final_save_the_store_keeps_refusing_is_kept_locally_and_uploaded_on_r
 
 
 def test_a_save_before_the_last_step_that_keeps_failing_still_fails_the_run(
-    proxy500: Callable[..., tuple[str, FaultyProxy]], bucket: str, tmp_path: Path
+    proxy500: Callable[..., tuple[str, FaultyProxy]], s3_bucket: str, tmp_path: Path
 ) -> None:
     endpoint, _ = proxy500(_manifest_puts(2, failures=10**6))
-    store = open_store(f"s3://{bucket}/exp", endpoint_url=endpoint)
+    store = open_store(f"s3://{s3_bucket}/exp", endpoint_url=endpoint)
     callback = CheckpointCallback(store, 2, {}, keep_last=2, run_dir=tmp_path / "run")
     with pytest.raises(StorageError, match="InternalError"):
         _save(callback, tmp_path / "trainer", 2)

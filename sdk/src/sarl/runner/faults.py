@@ -161,6 +161,6 @@ def _close_directly(tracker: Any, status: str, reason: str | None) -> None:
                 lambda: client.set_terminated(tracker.run_id, status))  # fmt: skip
     except Exception as e:
         logger.warning(
-            "run %s stays RUNNING in MLflow (%s); the next `sarl run --resume` closes it",
+            "run %s stays RUNNING in MLflow (%s); `sarl run --resume` continues it",
             tracker.run_id, _line(e),
         )  # fmt: skip

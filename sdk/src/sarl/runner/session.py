@@ -105,12 +105,12 @@ class LocalSession:
 
     def _places(self) -> dict[str, Path | str]:
         """Where this run writes, for :func:`sarl.runner.faults.explain`."""
-        return {
-            "run": self.root,
-            "spool": self.root / "tracking",
-            "trainer": self.rundir.trainer,
-            "checkpoints": self.ckpt_uri,
-        }
+        places: dict[str, Path | str] = {
+            "run": self.root, "trainer": self.rundir.trainer, "checkpoints": self.ckpt_uri
+        }  # fmt: skip
+        if self.tracker is not None:  # what `sarl tracking flush` takes
+            places["spool"] = self.tracker.spool_dir
+        return places
 
     def _close_rewards(self) -> None:
         for reward, _ in self.rewards:
