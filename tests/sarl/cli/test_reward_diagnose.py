@@ -124,13 +124,26 @@ def test_small_file_matches_the_python_api(tmp_path: Path) -> None:
     doc = json.loads(result.stdout)
     assert (doc["lines"], doc["responses"], doc["correct"], doc["groups"]) == (12, 12, 6, 3)
     assert (doc["skipped"], doc["resamples"], doc["seed"]) == (0, 200, 5)
-    assert list(doc["rewards"]) == ["ground_truth", "format_length"]  # side by side, in order
+    assert list(doc["rewards"]) == [  # side by side, in order, then the trivial predictors
+        "ground_truth",
+        "format_length",
+        "trivial.has_answer",
+        "trivial.format_valid",
+    ]
     for name in ("ground_truth", "format_length"):
         check_against_api(doc, name, direct(name, {}, SMALL))
     gt = doc["rewards"]["ground_truth"]["figures"]["score"]
     # 2x2 + 1x3 + 3x1 (correct, incorrect) pairs, every one ordered right by the outcome reward
     assert (gt["auroc"], gt["pair_agreement"], gt["pairs"]) == (1.0, 1.0, 10)
-
+    # every response has a boxed answer: the trivial predictor ties every pair (0.5), the
+    # outcome reward beats it by 0.5 on the same resamples; counts come with the figures
+    floor = doc["rewards"]["trivial.has_answer"]["figures"]["score"]
+    assert (floor["pair_auroc"], floor["flagged"], floor["versus_trivial"]) == (0.5, False, {})
+    versus = gt["versus_trivial"]["pair_auroc"]
+    assert versus["baseline"] == "trivial.has_answer"
+    assert versus["difference"] == 0.5 and versus["beats"] and not gt["flagged"]
+    assert (gt["prompts"], gt["mixed_prompts"]) == (3, 3)
+    assert "only 3 prompts" in gt["warning"]
 
 def test_group_rewards_score_whole_groups(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "in.jsonl", SMALL)
@@ -169,8 +182,10 @@ def test_the_table_puts_rewards_side_by_side(tmp_path: Path, embedder: Embedding
     assert result.exit_code == cli_lines.EXIT_OK, result.output
     text = result.stdout
     assert "8 responses, 6 correct, 2 prompts (by prompt)" in text
-    for header in ("AUROC", "pair agreement", "pair ties", "correct", "pairs"):
+    for header in ("within-prompt AUROC", "pooled AUROC", "pair ties", "beats trivial", "pairs"):
         assert header in text
+    assert "trivial.has_answer" in text and "trivial.format_valid" in text
+    assert "warning: only 2 prompts with both a correct and an incorrect response" in text
     for label in ("score (SR)", "clustering (C)", "path_length (L)", "has_answer"):
         assert label in text
     gt_row = next(line for line in text.splitlines() if line.strip().startswith("ground_truth"))

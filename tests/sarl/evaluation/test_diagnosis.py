@@ -70,10 +70,72 @@ def test_json_document() -> None:
         "pair_agreement_interval",
         "pair_ties",
         "pair_ties_interval",
+        "pair_auroc",
+        "pair_auroc_interval",
         "samples",
         "correct",
         "pairs",
+        "prompts",
+        "mixed_prompts",
+        "warning",
+        "versus_trivial",
+        "flagged",
     }
+    assert (sr["prompts"], sr["mixed_prompts"]) == (3, 3)
+    assert "only 3 prompts" in sr["warning"]
     assert len(sr["auroc_interval"]) == 2
     assert len(doc["rewards"]["structure"]["notes"]) == 1
     assert doc["rewards"]["ground_truth"]["notes"] == []
+
+
+# Four prompts; in each, one response has no answer (never correct): "has an answer" alone
+# orders those pairs right and ties the rest.
+RESPONSES = ["\\boxed{1}", "\\boxed{2}", "no answer"] * 4
+T_CORRECT = [True, False, False] * 4
+T_GROUPS = [g for g in range(4) for _ in range(3)]
+
+
+def test_each_reward_figure_is_compared_with_the_strongest_trivial_predictor() -> None:
+    from sarl.evaluation.trivial import HAS_ANSWER, trivial_scores
+
+    columns = {
+        "oracle": {"score": [1.0 if c else 0.0 for c in T_CORRECT]},
+        "answer_only": {"score": [1.0, 1.0, 0.0] * 4},  # the trivial predictor itself
+    }
+    rows = diagnose(columns, T_CORRECT, T_GROUPS, baselines=trivial_scores(RESPONSES),
+                    resamples=200, seed=1)  # fmt: skip
+    by = {(r.reward, r.figure): r for r in rows}
+    assert [r.reward for r in rows][-2:] == ["trivial.has_answer", "trivial.format_valid"]
+    floor = by[HAS_ANSWER, "score"]
+    assert floor.trivial and floor.versus == {} and not floor.flagged
+    assert floor.validity.pair_auroc == pytest.approx(0.75)  # 1 of 2 pairs right, 1 tied
+    oracle = by["oracle", "score"].versus["pair_auroc"]
+    assert (oracle.baseline, oracle.baseline_value) == (HAS_ANSWER, pytest.approx(0.75))
+    assert oracle.difference == pytest.approx(0.25)
+    assert oracle.interval == pytest.approx((0.25, 0.25))  # identical prompts: a point
+    assert oracle.beats and not by["oracle", "score"].flagged
+    same = by["answer_only", "score"]
+    assert same.headline is not None and same.headline.difference == 0.0
+    assert same.flagged  # equal to the floor is not above it
+    diagnosis_json(rows, {})  # serialisable with the comparisons
+
+
+def test_a_lower_is_better_component_is_compared_the_right_way_round() -> None:
+    from sarl.evaluation import diagnosis
+    from sarl.evaluation.trivial import trivial_scores
+
+    lower = ("structure", "path_length")
+    assert lower in diagnosis.LOWER_IS_BETTER
+    # path length 1 for the correct response, 2 and 3 for the wrong ones: valid read lower
+    columns = {"structure": {"path_length": [1.0, 2.0, 3.0] * 4}}
+    rows = diagnose(columns, T_CORRECT, T_GROUPS, baselines=trivial_scores(RESPONSES),
+                    resamples=100)  # fmt: skip
+    row = rows[0]
+    assert row.validity.pair_auroc == 0.0  # as computed: reversed
+    assert row.headline is not None and row.headline.difference == pytest.approx(1.0 - 0.75)
+    assert not row.flagged
+
+
+def test_without_baselines_nothing_is_compared() -> None:
+    rows = diagnose(COLUMNS, CORRECT, GROUPS, resamples=20)
+    assert all(r.versus == {} and not r.flagged for r in rows)

@@ -374,6 +374,11 @@ def test_log_metric_receives_reward_validity_per_reward() -> None:
     assert log.values["validity/ground_truth/auroc"] == [1.0]
     assert log.values["validity/ground_truth/pair_agreement"] == [1.0]
     assert log.values["validity/ground_truth/pair_ties"] == [0.0]
+    # the trivial predictors beside it: P1's pairs (4 vs 5, 4 vs none) -> "has an answer"
+    # orders the unanswered one right and ties the other; P2 (7, 7 vs 1) ties both pairs
+    assert log.values["validity/trivial.has_answer/pair_agreement"] == [pytest.approx(1 / 4)]
+    assert log.values["validity/trivial.has_answer/pair_ties"] == [pytest.approx(3 / 4)]
+    assert "validity/trivial.format_valid/auroc" in log.values
 
     log = MetricLog()
     group = GroupSizeReward()  # scores every sample with its group size: ties within groups

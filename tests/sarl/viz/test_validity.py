@@ -28,12 +28,12 @@ def _rows() -> list[FigureDiagnosis]:
 
 def test_two_panels_with_a_row_per_figure() -> None:
     fig = validity_figure(_rows(), "title")
-    auroc, pairs = fig.axes
-    assert [auroc.get_title(), pairs.get_title()] == [
-        "AUROC vs correctness",
-        "pairs within a prompt",
+    pairs, auroc = fig.axes  # the headline first
+    assert [pairs.get_title(), auroc.get_title()] == [
+        "within-prompt AUROC (headline)",
+        "pooled AUROC (secondary: mixes prompts)",
     ]
-    labels = [t.get_text() for t in auroc.get_yticklabels()]
+    labels = [t.get_text() for t in pairs.get_yticklabels()]
     assert labels == [
         "structure: score (SR)",
         "structure: path_length (L)  (lower = better)",
@@ -45,6 +45,27 @@ def test_two_panels_with_a_row_per_figure() -> None:
         assert any(line.get_xdata()[0] == 0.5 for line in ax.lines)  # the chance line
         assert ax.get_xlim() == pytest.approx((-0.02, 1.02))
     assert "0.889" in [t.get_text() for t in auroc.texts]  # SR's AUROC: 8 of 9 pairs
+    # the headline reads with its counts: 2 of 3 pairs right, 3 prompts with pairs
+    assert "0.667 (3 prompts, 3 pairs)" in [t.get_text() for t in pairs.texts]
+    assert "warning: 3 prompts with pairs (< 20)" in fig.get_suptitle()
+
+
+def test_trivial_predictors_sit_beside_the_rewards_and_a_reward_below_them_is_marked() -> None:
+    from sarl.evaluation.trivial import trivial_scores
+
+    responses = ["\\boxed{1}", "no answer"] * 3  # the wrong ones never answer
+    rows = diagnose(COLUMNS, CORRECT, GROUPS, baselines=trivial_scores(responses), resamples=50)
+    fig = validity_figure(rows, "title")
+    pairs, _ = fig.axes
+    ticks = pairs.get_yticklabels()
+    labels = [t.get_text() for t in ticks]
+    assert labels[-2:] == ["trivial.has_answer: score", "trivial.format_valid: score"]
+    # "has an answer" orders every pair right here (1.0): SR (2 of 3) does not beat it
+    sr = labels.index("structure: score (SR)  NOT ABOVE TRIVIAL")
+    assert ticks[sr].get_color() == "#c00000"
+    assert "ground_truth: score  NOT ABOVE TRIVIAL" in labels  # equal is not above
+    dashed = [line for line in pairs.lines if line.get_linestyle() == "--"]
+    assert [line.get_xdata()[0] for line in dashed] == [1.0]  # the floor, across the panel
 
 
 def test_plot_writes_a_png_and_refuses_nothing_to_draw(tmp_path: Path) -> None:

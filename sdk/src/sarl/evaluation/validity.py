@@ -23,7 +23,7 @@ on if they order a policy's own samples the way correctness does. Wherever groun
   trivial predictors of :mod:`sarl.evaluation.trivial`. The pooled AUROC is secondary: it mixes
   between-prompt signal (a reward that scores easy prompts high is "valid" over the batch while
   it orders no pair of one prompt right; ``tests/sarl/evaluation/test_validity.py`` has a batch
-  with within-prompt agreement 0 and pooled AUROC 0.69).
+  with within-prompt agreement 0 and pooled AUROC 0.75).
 
 Counts: ``prompts`` (groups with a defined score) and ``mixed_prompts`` (groups holding both a
 correct and an incorrect response: only they make pairs). Intervals over prompts
