@@ -64,6 +64,18 @@ def test_terms_are_measured_each_weight_zero_included() -> None:
     assert not any(k.startswith("validity/ignored/") for k in metrics)
 
 
+def test_the_trivial_predictors_are_measured_beside_the_rewards() -> None:
+    keys = ["a_0_0", "a_1_0", "a_2_0"]
+    infos = [info(0.9, 1.0), info(0.5, 0.0), info(0.1, 0.0)]
+    for i, answered in zip(infos, (1.0, 1.0, 0.0), strict=True):
+        i["trivial.has_answer"] = i["trivial.format_valid"] = answered
+    metrics = batch_validity(keys, infos, "r")
+    # one pair ordered right (the unanswered response), one tied
+    assert metrics["validity/trivial.has_answer/pair_agreement"] == 0.5
+    assert metrics["validity/trivial.has_answer/pair_ties"] == 0.5
+    assert metrics["validity/r/pair_agreement"] == 1.0
+
+
 def test_no_figures_without_ground_truth_for_every_response() -> None:
     keys = ["a_0_0", "a_1_0"]
     assert batch_validity(keys, [info(1.0, 1.0), info(0.0, None)], "r") == {}
@@ -106,6 +118,10 @@ def test_results_carry_answer_correctness() -> None:
     assert answer_correct(None) is None
     # every result has the same keys (verl stacks extra info with the first sample's keys)
     assert list(failed_result(0.0, reward)) == list(verl_result(out, reward, right))
+    # the trivial predictors ride along (None without a ground truth or after a failure)
+    assert verl_result(out, reward, wrong)["trivial.has_answer"] == 1.0
+    assert verl_result(out, reward, unknown)["trivial.has_answer"] is None
+    assert failed_result(0.0, reward)["trivial.format_valid"] is None
 
 
 class FakeTQ:
