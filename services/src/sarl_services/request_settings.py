@@ -56,7 +56,7 @@ REQUEST_SETTINGS: Mapping[str, frozenset[str]] = {
             "decompose_max_tokens",
             "judge_max_tokens",
         ),
-        "ttrl": ("tie_break",),
+        "ttrl": ("voting", "extraction", "tie_break", "unanswered"),
         "empo": ("unanswered", "entropy_max_fraction_of_log_g", "entropy_min", "entropy_max"),
         "format_length": ("max_length", "length_unit", "turning_point", "shape", "format_rule"),
         "self_certainty": ("temperature",),

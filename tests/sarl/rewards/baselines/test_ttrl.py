@@ -1,4 +1,5 @@
-"""TTRL: majority vote over the group's boxed answers; non-answers and ties never rewarded."""
+"""TTRL with sarl's rules (SARL_RULES: value clusters of strict boxed answers; non-answers and
+ties never rewarded), and vote sets. The reference's defaults: test_ttrl_reference.py."""
 
 from __future__ import annotations
 
@@ -14,8 +15,18 @@ def boxed(*answers: str | None) -> list[Sample]:
     return [Sample("no answer" if a is None else f"so \\boxed{{{a}}}") for a in answers]
 
 
+#: sarl's deliberate differences from the reference, all at once (docs/rewards.md).
+SARL_RULES = {
+    "voting": "value_clusters",
+    "extraction": "boxed_only",
+    "tie_break": "none",
+    "unanswered": "abstain",
+}
+
+
 def scores(group: list[Sample], **settings: str) -> list[float]:
-    return [o.score for o in create_reward("ttrl", settings).score_groups([group])[0]]
+    reward = create_reward("ttrl", SARL_RULES | settings)
+    return [o.score for o in reward.score_groups([group])[0]]
 
 
 def test_registered_as_a_group_reward() -> None:
@@ -64,7 +75,7 @@ def test_empty_group_and_batches_keep_their_shape() -> None:
 
 
 def test_components_report_the_vote() -> None:
-    out = create_reward("ttrl").score_groups([boxed("3", "3", "5", None)])[0]
+    out = create_reward("ttrl", SARL_RULES).score_groups([boxed("3", "3", "5", None)])[0]
     assert [o.components["agrees"] for o in out] == [1, 1, 0, 0]
     assert [o.components["has_answer"] for o in out] == [1, 1, 1, 0]
     assert {o.components["majority_ratio"] for o in out} == {0.5}

@@ -3,21 +3,27 @@
 Zuo et al., "TTRL: Test-Time Reinforcement Learning" (2025, arXiv:2504.16084): sample N
 responses to a prompt, take the most frequent extracted answer as the pseudo-label ŷ and reward
 ``R(ŷ_i, ŷ) = 1 if ŷ_i = ŷ else 0``. Imported lazily by ``sarl.rewards.registry``; called by the
-adapters with whole groups (``needs_group``). Answers are the last ``\\boxed{}`` of each response
-(``math_answer.extract_answer``), grouped by ``answers_equal`` (``answer_clusters``).
+adapters with whole groups (``needs_group``).
 
-Edge cases (TTRL's reference pseudo-code, ``Counter(answers).most_common(1)``, leaves them open):
+By default this gives the reference's rewards: ``test_time_train_metrics`` of PRIME-RL/TTRL at
+3e2cc93 (``verl/verl/utils/reward_score/ttrl/ttt_metrics.py``), checked against that function run
+unchanged (``tests/sarl/rewards/baselines/fixtures/ttrl_reference.json``, 103 groups, G = 1-16):
 
-* No answer (no complete ``\\boxed{}``): the sample does not vote and scores 0. Counting ``None``
-  as an answer, as the pseudo-code would, lets a group of mostly unanswered responses make "no
-  answer" the label and reward not answering.
-* No sample has an answer, or the group is empty: no label, every sample scores 0.
-* A tie for the most votes: ``tie_break="none"`` (default) means no consensus, so no label and
-  every sample scores 0 (rewarding one of the tied answers would be arbitrary, and GRPO would
-  amplify the arbitrary choice); ``"first"`` takes the tied answer that appeared first in the
-  group, which is what ``Counter.most_common`` does in TTRL's pseudo-code.
-* A group of one answered sample agrees with itself (score 1): majority voting needs groups of
-  more than one response to carry information.
+* each response's answer is the reference parser's string (:mod:`.ttrl_extract`: last box,
+  ``\\boxed 5``, an unclosed last box, "the answer is", "final answer is", the last number,
+  normalised); the label is the most frequent *string*, a tie going to the first seen
+  (``Counter.most_common``); ``""`` (an empty ``\\boxed{}``, or no answer at all) votes and can
+  win, and then every ``""`` scores 1;
+* each response scores 1 when the reference grader (:mod:`.ttrl_grade`) equates its answer with
+  the label (``x=5`` = ``5``, ``\\frac34`` = ``\\dfrac{3}{4}``, ``Yes`` = ``yes``, not ``2/4`` =
+  ``1/2``), so a response outside the winning string can be rewarded;
+* ``majority_ratio`` is the winning string's votes over the whole group.
+
+sarl's own rules are named settings (docs/baselines.md): ``voting: value_clusters`` (answers
+grouped by value with ``answers_equal``, reward = in the winning cluster), ``extraction:
+boxed_only`` (the last complete ``\\boxed{}`` only; no box, no answer), ``tie_break: none`` (a tie
+gives no label; all score 0), ``unanswered: abstain`` (an empty answer does not vote, scores 0).
+With ``value_clusters`` a group of one answered sample agrees with itself (score 1).
 
 Vote set (``votes_per_prompt``). TTRL's reference (PRIME-RL/TTRL at 3e2cc93,
 ``verl/verl/workers/reward_manager/ttrl.py`` and ``verl/verl/trainer/ppo/ray_trainer.py``) samples
@@ -30,14 +36,12 @@ sampling settings, for the vote alone: the group this reward scores is the vote 
 responses first, and the adapters keep only the trained responses' scores, so advantages are
 computed over the trained group, as in the reference (TRL: :mod:`sarl.integrations.trl_votes`;
 verl: :mod:`sarl.integrations.verl.votes`). ``majority_ratio`` is the winner's share of the whole
-vote set, as the reference's. The reference differs on the edge cases above: its extractor turns
-a response without an answer into ``""``, which votes (three unanswered responses out of four
-make ``""`` the label and score 1), and a tie goes to the first-seen answer (``tie_break:
-first``).
+vote set, as the reference's.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -46,11 +50,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sarl.rewards.base import PerGroupReward, RewardOutput, Sample
 from sarl.rewards.baselines.answer_clusters import Equal, cluster_answers, cluster_sizes
+from sarl.rewards.baselines.ttrl_extract import extract_ttrl_answer, finish_answer
+from sarl.rewards.baselines.ttrl_grade import grade_answer
 from sarl.rewards.math_answer import answers_equal, extract_answer
 from sarl.rewards.registry import register_reward
 
 COMPONENT_KEYS = ("has_answer", "agrees", "has_label", "majority_ratio")
 TieBreak = Literal["none", "first"]
+Voting = Literal["answer_strings", "value_clusters"]
+Extraction = Literal["reference", "boxed_only"]
+Unanswered = Literal["vote", "abstain"]
 
 
 class TTRLRewardSettings(BaseModel):
@@ -58,10 +67,28 @@ class TTRLRewardSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    voting: Voting = Field(
+        default="answer_strings",
+        description="'answer_strings' (the reference): vote over normalised answer strings, then "
+        "grade each answer against the label with the reference grader; 'value_clusters': "
+        "cluster answers by value (answers_equal: 0.5 = 1/2) and reward the winning cluster.",
+    )
+    extraction: Extraction = Field(
+        default="reference",
+        description="'reference': Qwen's parser (last box, '\\boxed 5', an unclosed last box, "
+        "'the answer is', 'final answer is', the last number); 'boxed_only': the last complete "
+        "\\boxed{} only, else no answer.",
+    )
     tie_break: TieBreak = Field(
-        default="none",
-        description="'none': a tie gives no pseudo-label (all score 0); 'first': the tied answer "
-        "that appeared first wins (TTRL's Counter.most_common).",
+        default="first",
+        description="'first' (the reference's Counter.most_common): the tied answer that "
+        "appeared first wins; 'none': a tie gives no pseudo-label (all score 0).",
+    )
+    unanswered: Unanswered = Field(
+        default="vote",
+        description="'vote' (the reference): an empty answer ('' from an empty \\boxed{} or a "
+        "text without any answer) votes like any other and can win; 'abstain': it does not "
+        "vote and scores 0.",
     )
     votes_per_prompt: int | None = Field(
         default=None,
@@ -84,7 +111,7 @@ class MajorityVote:
 
 
 def majority_vote(
-    answers: Sequence[str | None], tie_break: TieBreak = "none", equal: Equal = answers_equal
+    answers: Sequence[str | None], tie_break: TieBreak = "first", equal: Equal = answers_equal
 ) -> MajorityVote:
     """TTRL's majority vote over one group's extracted answers (``None``: no answer)."""
     labels = cluster_answers(answers, equal)
@@ -96,6 +123,18 @@ def majority_vote(
     winner = winners[0]  # cluster ids follow first appearance, so this is the first-seen answer
     first = labels.index(winner)
     return MajorityVote(answers[first], top, tuple(c == winner for c in labels))
+
+
+def string_vote(answers: Sequence[str | None], tie_break: TieBreak = "first") -> MajorityVote:
+    """The reference's vote: the most frequent answer *string* (``None`` does not vote); a tie
+    goes to the first seen (``Counter.most_common``) or, with ``tie_break="none"``, to nobody.
+    ``agrees`` marks identical strings; the reward grades each answer against the label."""
+    counts = Counter(a for a in answers if a is not None)
+    ranked = counts.most_common(2)
+    if not ranked or (tie_break == "none" and len(ranked) > 1 and ranked[1][1] == ranked[0][1]):
+        return MajorityVote(None, 0, tuple(False for _ in answers))
+    label, votes = ranked[0]
+    return MajorityVote(label, votes, tuple(a == label for a in answers))
 
 
 @register_reward
@@ -116,19 +155,42 @@ class TTRLReward(PerGroupReward):
         return settings.votes_per_prompt if isinstance(settings, TTRLRewardSettings) else None
 
     def score_group(self, group: Sequence[Sample], index: int) -> list[RewardOutput]:
-        answers = [extract_answer(s.response) for s in group]
-        vote = majority_vote(answers, self._settings.tie_break)
+        s = self._settings
+        answers = [self._answer(sample.response) for sample in group]
+        if s.voting == "value_clusters":
+            vote = majority_vote(answers, s.tie_break)
+            rewards = [float(a) for a in vote.agrees]
+        else:
+            vote = string_vote(answers, s.tie_break)
+            label = vote.label
+            rewards = [
+                float(a is not None and label is not None and grade_answer(a, label))
+                for a in answers
+            ]
         has_label = float(vote.label is not None)
         ratio = vote.votes / len(group) if group else 0.0
         return [
             RewardOutput(
-                float(agrees),
+                reward,
                 {
-                    "has_answer": float(answer is not None),
-                    "agrees": float(agrees),
+                    "has_answer": float(bool(answer)),
+                    "agrees": reward,
                     "has_label": has_label,
                     "majority_ratio": ratio,
                 },
             )
-            for answer, agrees in zip(answers, vote.agrees, strict=True)
+            for answer, reward in zip(answers, rewards, strict=True)
         ]
+
+    def _answer(self, response: str) -> str | None:
+        """The response's vote (None: it does not vote), per ``extraction`` and ``unanswered``."""
+        s = self._settings
+        if s.extraction == "reference":
+            answer: str | None = extract_ttrl_answer(response)
+        else:
+            answer = extract_answer(response)
+            if answer is not None and s.voting == "answer_strings":
+                answer = finish_answer(answer)
+        if answer == "" and s.unanswered == "abstain":
+            return None
+        return answer
