@@ -94,7 +94,8 @@ def flush_command(
 
     spool = _open(spool_dir)
     try:
-        waiting = spool.waiting
+        # What there was to send: the records waiting and the damaged lines set aside at open.
+        waiting = spool.waiting + spool.quarantined
         _bound_requests(timeout)
         bound_http_retries()
         try:

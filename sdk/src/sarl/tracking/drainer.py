@@ -117,7 +117,6 @@ class Drainer:
         self.spool = spool
         self.settings = settings or DrainSettings.from_env()
         self.rejected = 0  # records MLflow refused, kept in the spool's rejected.jsonl
-        self.quarantined = 0  # records that could not be sent as they are
         self.failures = 0  # failed sends so far (each retried)
         self.gone = False  # the last send found the run missing from MLflow
         self.last_error = ""  # one line: why the last send failed ("" after a success)
@@ -129,6 +128,11 @@ class Drainer:
         self._down_since: float | None = None
         self._last_report = 0.0
         self._thread = threading.Thread(target=self._run, name="sarl-tracking", daemon=True)
+
+    @property
+    def quarantined(self) -> int:
+        """Records and damaged lines set aside in the spool's quarantine.jsonl by this process."""
+        return self.spool.quarantined
 
     def start(self) -> None:
         self._thread.start()
@@ -214,7 +218,6 @@ class Drainer:
     def _set_aside(self, record: Record, reason: str, *, quarantine: bool) -> None:
         if quarantine:
             self.spool.quarantine(record, reason)
-            self.quarantined += 1
             where = "quarantine.jsonl"
         else:
             self.spool.reject(record, reason)

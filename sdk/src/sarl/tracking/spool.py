@@ -102,6 +102,8 @@ class Spool:
         self.run_id = run_id
         self.tracking_uri = tracking_uri
         self._lock = threading.Lock()
+        #: Records and lines this process moved to quarantine.jsonl (at open, adopting, sending).
+        self.quarantined = 0
         self.root.mkdir(parents=True, exist_ok=True)
         self._flock = _take_lock(self.root)
         header = _read_header(self.root)
@@ -285,6 +287,7 @@ class Spool:
             self._file = (self.root / RECORDS).open("ab")
 
     def _note(self, name: str, record: Record, reason: str, *, source: str) -> None:
+        self.quarantined += name == QUARANTINE
         doc = {"source": source, "reason": reason, "record": json.loads(record.line())}
         _append_line(self.root / name, (json.dumps(doc) + "\n").encode())
 
@@ -292,8 +295,11 @@ class Spool:
         with self._lock:
             if self._file.closed or not self._pending or self._pending[0].id != record.id:
                 return  # not the oldest pending record any more: nothing to set aside
-            kept_file = record.kind == "artifact" and self.artifact_path(record).exists()
-            if name == REJECTED and kept_file:  # keep the refused file
+            if (
+                name == REJECTED
+                and record.kind == "artifact"
+                and self.artifact_path(record).exists()
+            ):  # keep the refused file with the record
                 kept = self.root / "rejected-artifacts" / record.folder
                 shutil.rmtree(kept, ignore_errors=True)
                 _copy(contained_artifact(self.root, record), kept / str(record.body["path"]))
@@ -301,6 +307,7 @@ class Spool:
             self._ack(record.pos)
 
     def _quarantine_lines(self, damaged: list[Damaged], source: str) -> None:
+        self.quarantined += len(damaged)
         if damaged:
             _append_line(self.root / QUARANTINE, b"".join(d.entry(source) for d in damaged))
 
