@@ -379,6 +379,10 @@ def test_log_metric_receives_reward_validity_per_reward() -> None:
     assert log.values["validity/trivial.has_answer/pair_agreement"] == [pytest.approx(1 / 4)]
     assert log.values["validity/trivial.has_answer/pair_ties"] == [pytest.approx(3 / 4)]
     assert "validity/trivial.format_valid/auroc" in log.values
+    # and the counts behind them: 2 prompts, both with pairs, 2 + 2 pairs
+    assert log.values["validity_counts/prompts"] == [2.0]
+    assert log.values["validity_counts/prompts_with_pairs"] == [2.0]
+    assert log.values["validity_counts/pairs"] == [4.0]
 
     log = MetricLog()
     group = GroupSizeReward()  # scores every sample with its group size: ties within groups

@@ -22,7 +22,7 @@ from sarl.study.plot import VALIDITY_PANELS, curves_figure, plot_curves
 from sarl.study.render import validity_rows
 from sarl.study.report import StudyReport, build_report, headline_metrics
 from sarl.study.stats import Interval
-from sarl.study.validity_summary import step_windows, summarize_validity
+from sarl.study.validity_summary import step_windows, summarize_validity, window_counts
 from tests.sarl.study.conftest import STEPS, K, log_study, make_study, plausible
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -124,6 +124,22 @@ def test_vs_trivial_is_the_headline_minus_the_strongest_trivial_predictor() -> N
     assert rows[("a", STRUCTURE)][7] == "NO"
     assert rows[("a", "trivial.has_answer")][7] == "—"
     assert list(rows)[-1] == ("a", "trivial.has_answer")  # the trivial predictors last
+
+
+def test_the_counts_per_step_of_the_end_window_are_reported() -> None:
+    history = run("a", 0)
+    history.metrics["validity_counts/prompts"] = _line(8.0, 8.0)
+    history.metrics["validity_counts/prompts_with_pairs"] = _line(4.0, 6.0)  # 5.71, 6.0 at 7-8
+    history.metrics["validity_counts/pairs"] = _line(30.0, 44.0)
+    assert window_counts(history) == {
+        "prompts": 8.0,
+        "prompts_with_pairs": pytest.approx(6.0 - 1 / 7),
+        "pairs": pytest.approx(43.0),
+    }
+    text = report_of(history).to_markdown()
+    assert "Counts per training step in the end window (means): a s0 5.9 of 8.0 prompts" in text
+    assert "with pairs, 43 pairs." in text
+    assert report_of(run("a", 0)).validity_counts["a"][0]["pairs"] is None  # not logged
 
 
 def test_runs_without_validity_have_none() -> None:

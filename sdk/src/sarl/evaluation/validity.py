@@ -168,6 +168,20 @@ def validity(
     )
 
 
+#: Per-batch counts behind the figures, logged once per batch next to them (TRL, verl):
+#: ``validity_counts/prompts``, ``.../prompts_with_pairs``, ``.../pairs`` (of all responses).
+COUNTS_PREFIX: Final = "validity_counts/"
+
+
+def count_metrics(v: Validity) -> dict[str, float]:
+    """The counts of ``v`` as metrics under :data:`COUNTS_PREFIX`."""
+    return {
+        f"{COUNTS_PREFIX}prompts": float(v.prompts),
+        f"{COUNTS_PREFIX}prompts_with_pairs": float(v.mixed_prompts),
+        f"{COUNTS_PREFIX}pairs": float(v.pairs),
+    }
+
+
 def few_prompts_warning(v: Validity) -> str | None:
     """One line when ``v``'s intervals rest on fewer than :data:`MIN_PROMPTS` mixed prompts."""
     if v.mixed_prompts >= MIN_PROMPTS:

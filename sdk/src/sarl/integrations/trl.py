@@ -44,7 +44,8 @@ What this adapter does with them:
   ``validity/<reward>/pair_agreement`` and ``validity/<reward>/pair_ties`` — for every reward
   function, so a weight-0 reward is measured too, and the same for the trivial predictors
   ``trivial.has_answer`` and ``trivial.format_valid`` (:mod:`sarl.evaluation.trivial`, the
-  floor a reward's validity is read against). TRL averages them over the step's scoring
+  floor a reward's validity is read against), and the batch's counts (``validity_counts/prompts``,
+  ``.../prompts_with_pairs``, ``.../pairs``). TRL averages them over the step's scoring
   batches (one per gradient-accumulation micro-step and process).
 * ``None``: TRL reads ``None`` as "this reward does not apply to this sample" and leaves it out of
   that sample's reward sum. The adapter returns ``None`` exactly where the reward itself says a
@@ -88,7 +89,7 @@ from pydantic import BaseModel
 
 from sarl.embedding.policy import PolicyEmbedder
 from sarl.evaluation.trivial import trivial_scores
-from sarl.evaluation.validity import correctness_flags, validity
+from sarl.evaluation.validity import correctness_flags, count_metrics, validity
 from sarl.integrations.trl_votes import VoteDrawer, trainer_vote_drawer, vote_sets
 from sarl.rewards.base import Reward, RewardOutput, Sample
 from sarl.rewards.math_answer import response_correct
@@ -453,8 +454,11 @@ def log_validity(
     columns = {reward.name: [o.score for o in outputs]}
     columns |= trivial_scores([s.response for s in samples])
     for name, scores in columns.items():
-        for figure, value in validity(scores, correct, groups).as_metrics().items():
+        figures = validity(scores, correct, groups)
+        for figure, value in figures.as_metrics().items():
             log_metric(validity_metric(name, figure), value)
+    for key, value in count_metrics(figures).items():  # a trivial predictor's: every response
+        log_metric(key, value)
 
 
 def log_component_means(

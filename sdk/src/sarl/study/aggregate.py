@@ -51,6 +51,7 @@ from sarl.study.validity_summary import (
     Window,
     step_windows,
     summarize_validity,
+    window_counts,
 )
 from sarl.tracking.metrics import SHARE, Range, metric_info, reward_metric
 
@@ -88,6 +89,8 @@ class StudyReport:
     )
     #: arm -> seed -> (start window, end window) of training steps (first, last included).
     validity_windows: dict[str, dict[int, tuple[Window, Window]]] = field(default_factory=dict)
+    #: arm -> seed -> the end window's mean counts per step (prompts, prompts_with_pairs, pairs).
+    validity_counts: dict[str, dict[int, dict[str, float | None]]] = field(default_factory=dict)
 
     def validity_flagged(self, arm: str) -> tuple[str, ...]:
         """The rewards of ``arm`` that raise ``validity_at_chance_reward_up``."""
@@ -131,7 +134,11 @@ class StudyReport:
                         for reward, figures in self.validity.get(arm, {}).items()
                     },
                     "validity_windows": {
-                        str(seed): {"start": list(start), "end": list(end)}
+                        str(seed): {
+                            "start": list(start),
+                            "end": list(end),
+                            "end_counts_per_step": self.validity_counts.get(arm, {}).get(seed),
+                        }
                         for seed, (start, end) in self.validity_windows.get(arm, {}).items()
                     },
                 }
@@ -252,6 +259,9 @@ def build_report(
         validity=validity,
         validity_seeds=seeds,
         validity_windows=windows,
+        validity_counts={
+            arm: {h.seed: window_counts(h) for h in histories if h.arm == arm} for arm in order
+        },
     )
 
 

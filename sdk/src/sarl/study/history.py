@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sarl.evaluation.benchmark import MEAN_BENCHMARK
+from sarl.evaluation.validity import COUNTS_PREFIX
 from sarl.progress import mlflow_bars_off
 from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY, is_study_document
 from sarl.tracking.history import Points, metric_histories
@@ -98,7 +99,7 @@ EVAL_METRICS: tuple[str, ...] = ("eval_accuracy", "eval_pass", "eval_answer_rate
 #: ``<name>_start``, ``<name>_end`` and ``<name>_change``).
 COMPARED: tuple[str, ...] = (*EVAL_METRICS, *TRAINING_METRICS)
 #: Training metrics read from MLflow beyond :data:`TRAINING_METRICS` (plots, tables); every
-#: ``eval/...``, ``reward/...`` and ``validity/...`` metric is read too.
+#: ``eval/...``, ``reward/...``, ``validity/...`` and ``validity_counts/...`` metric is read too.
 EXTRA_METRICS: tuple[str, ...] = (REWARD_MEAN, FRAC_REWARD_ZERO_STD)
 
 # Study names are DNS-1123 labels; anything outside this cannot be one and is refused before it
@@ -260,7 +261,7 @@ def _select(runs: Iterable[Run]) -> tuple[dict[tuple[str, int], Run], list[str]]
 
 def _wanted(key: str) -> bool:
     return (
-        key.startswith((EVAL_PREFIX, REWARD_PREFIX, VALIDITY_PREFIX))
+        key.startswith((EVAL_PREFIX, REWARD_PREFIX, VALIDITY_PREFIX, COUNTS_PREFIX))
         or key in TRAINING_METRICS.values()
         or key in EXTRA_METRICS
     )

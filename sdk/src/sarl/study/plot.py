@@ -10,7 +10,7 @@ accuracy, each arm's rewards' within-prompt AUROC (the headline: agreement + tie
 per step by :func:`sarl.study.validity_summary.with_pair_auroc`) and pooled AUROC against
 correctness (secondary; 0.5 dotted: chance) and the reward terms themselves, one colour per arm
 and one line style per reward; the trivial predictor "has an answer"
-(:mod:`sarl.evaluation.trivial`) in dense dots beside them, the floor a reward must beat ("answer
+(:mod:`sarl.evaluation.trivial`) dash-dot-dotted beside them, the floor a reward must beat ("answer
 format is valid" nearly coincides with it and is left to the report's table). A reward
 whose validity sinks to chance while its term keeps rising is being hacked (the
 ``validity_at_chance_reward_up`` flag of :mod:`sarl.study.flags`).
@@ -79,7 +79,7 @@ VALIDITY_PANELS: tuple[tuple[str, str, str], ...] = (
     (
         "reward validity: within-prompt AUROC",
         "pair_auroc",
-        "pairs of a prompt ordered right, ties 1/2 (0.5 = chance)",
+        "pairs in a prompt ordered right (ties 1/2)",
     ),
     ("validity (secondary): pooled AUROC", "auroc", "AUROC vs correctness over the batch"),
     ("reward terms (unweighted)", "reward", "reward term value"),
@@ -87,7 +87,7 @@ VALIDITY_PANELS: tuple[tuple[str, str, str], ...] = (
 _REWARD_STYLES = ("-", "--", ":", "-.")
 #: The trivial predictor drawn beside the rewards (format_valid nearly coincides with it).
 _TRIVIAL_DRAWN = HAS_ANSWER
-_TRIVIAL_STYLE: Any = (0, (1, 1))  # dense dots
+_TRIVIAL_STYLE: Any = (0, (6, 1.5, 1, 1.5, 1, 1.5))  # dash-dot-dot: unlike the four above
 
 
 class Band(NamedTuple):
@@ -214,7 +214,7 @@ def _drawn_rewards(runs: Sequence[RunHistory]) -> list[str]:
 
 def _reward_styles(rewards: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     """One line style per reward any arm logged validity for (styles repeat past four), the
-    trivial predictor dense dots."""
+    trivial predictor dash-dot-dot."""
     names = sorted({r for names in rewards.values() for r in names if not is_trivial(r)})
     styles: dict[str, Any] = {
         r: _REWARD_STYLES[i % len(_REWARD_STYLES)] for i, r in enumerate(names)

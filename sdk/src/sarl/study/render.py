@@ -100,6 +100,9 @@ class ReportView(Protocol):
     @property
     def validity_windows(self) -> Mapping[str, Mapping[int, Any]]: ...
 
+    @property
+    def validity_counts(self) -> Mapping[str, Mapping[int, Mapping[str, float | None]]]: ...
+
     def validity_flagged(self, arm: str) -> tuple[str, ...]:
         """The rewards of ``arm`` that raise ``validity_at_chance_reward_up``."""
         ...
@@ -243,6 +246,19 @@ def _seed_values(
     return ", ".join(cells) or "—"
 
 
+def counts_text(report: ReportView) -> str:
+    """``ground-truth s0 5.1 of 8.0 prompts with pairs, 41 pairs; ...``: what each run's end
+    window rests on, per step (means); empty where no run logged its counts."""
+    cells = [
+        f"{arm} s{seed} {c['prompts_with_pairs']:.1f} of {c['prompts']:.1f} prompts with pairs, "
+        f"{c['pairs']:.0f} pairs"
+        for arm, by_seed in report.validity_counts.items()
+        for seed, c in by_seed.items()
+        if None not in (c.get("prompts"), c.get("prompts_with_pairs"), c.get("pairs"))
+    ]
+    return "; ".join(cells)
+
+
 def windows_text(report: ReportView) -> str:
     """Which steps "start" and "end" hold: ``steps 1-16 and 49-64, 16 steps each`` when every
     run has the same windows, else per arm and seed."""
@@ -348,6 +364,10 @@ def _validity_section(report: ReportView) -> list[str]:
         "trivial: the within-prompt AUROC minus the strongest trivial predictor's, same run "
         "and window (per seed in brackets); beats trivial: NO where its mean over seeds is "
         "≤ 0. Δ reward: the reward term's own change (last quarter − first).",
+    ]
+    if counts := counts_text(report):
+        lines += ["", f"Counts per training step in the end window (means): {counts}."]
+    lines += [
         "",
         "| " + " | ".join(validity_columns()) + " |",
         "|" + "---|" * len(validity_columns()),
@@ -377,6 +397,7 @@ __all__ = [
     "ReportView",
     "arm_cells",
     "arm_columns",
+    "counts_text",
     "how_read",
     "markdown",
     "paired_rows",

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
+from sarl.evaluation.validity import COUNTS_PREFIX
 from sarl.study.history import RunHistory, validity_rewards
 from sarl.tracking.metrics import (
     EVAL_PREFIX,
@@ -108,6 +109,17 @@ def summarize_validity(history: RunHistory) -> dict[str, dict[str, float | None]
     return out
 
 
+def window_counts(history: RunHistory) -> dict[str, float | None]:
+    """Mean per step, over the end window, of the batch counts logged beside the figures
+    (``validity_counts/<name>``: prompts, prompts_with_pairs, pairs); None where not logged."""
+    windows = step_windows(history)
+    out: dict[str, float | None] = {}
+    for name in ("prompts", "prompts_with_pairs", "pairs"):
+        points = history.metrics.get(f"{COUNTS_PREFIX}{name}", [])
+        out[name] = None if windows is None else window_mean(points, windows[1])[0]
+    return out
+
+
 def pair_auroc_key(reward: str) -> str:
     """The key under which :func:`with_pair_auroc` adds a reward's within-prompt AUROC."""
     return f"{VALIDITY_PREFIX}{metric_key(reward)}/pair_auroc"
@@ -139,6 +151,7 @@ __all__ = [
     "pair_auroc_key",
     "step_windows",
     "summarize_validity",
+    "window_counts",
     "window_mean",
     "with_pair_auroc",
 ]

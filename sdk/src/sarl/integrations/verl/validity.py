@@ -29,8 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sarl.evaluation.trivial import TRIVIAL
-from sarl.evaluation.validity import validity
+from sarl.evaluation.trivial import HAS_ANSWER, TRIVIAL
+from sarl.evaluation.validity import count_metrics, validity
 from sarl.tracking.metrics import REWARD_PREFIX, validity_metric
 
 #: Extra-info key of the response's correctness against its ground truth (None without one).
@@ -87,6 +87,9 @@ def batch_validity(
     # The trivial predictors (compute_score.trivial_result), the floor read beside each reward.
     columns |= {name: [_number(info.get(name)) for info in chosen] for name in TRIVIAL}
     for name, scores in columns.items():
-        for figure, value in validity(scores, correct, groups).as_metrics().items():
+        figures = validity(scores, correct, groups)
+        for figure, value in figures.as_metrics().items():
             metrics[validity_metric(name, figure)] = value
+        if name == HAS_ANSWER and figures.samples:  # defined for every response: the counts
+            metrics |= count_metrics(figures)
     return metrics
