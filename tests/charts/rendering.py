@@ -82,6 +82,8 @@ CASES: tuple[Case, ...] = (
     Case(PLATFORM),
     Case(PLATFORM, "external-s3"),
     Case(PLATFORM, "namespaced"),
+    Case(PLATFORM, "cluster-wide"),
+    Case(PLATFORM, "tenants"),
     Case(PLATFORM, apis="trainer-v2"),
     Case(PLATFORM, apis="training-operator"),
 )
@@ -90,6 +92,7 @@ GOLDEN_CASES: tuple[Case, ...] = (
     Case(INFERENCE, "gpu"),
     Case(PLATFORM),
     Case(PLATFORM, "external-s3"),
+    Case(PLATFORM, "tenants"),
     Case(PLATFORM, apis="trainer-v2"),
 )
 

@@ -52,7 +52,8 @@ def _secret_ref(name: str, key: str) -> dict[str, Any]:
 
 
 def test_mlflow_runs_the_basic_auth_app_with_the_admin_from_a_secret() -> None:
-    mlflow = _one(_objects({}), "Deployment", "-mlflow")
+    """On by default whenever tenants are listed (``mlflow.auth.enabled: auto``)."""
+    mlflow = _one(_objects(TENANTS), "Deployment", "-mlflow")
     pod = mlflow["spec"]["template"]["spec"]
     [server] = pod["containers"]
     assert "--app-name=basic-auth" in server["args"]
@@ -70,7 +71,7 @@ def test_mlflow_runs_the_basic_auth_app_with_the_admin_from_a_secret() -> None:
     [init] = pod["initContainers"]
     # SQLite beside the backend store, on the same volume.
     assert _env(init)["AUTH_DATABASE_URI"] == "sqlite:////mlflow/basic_auth.db"
-    operator = _one(_objects({}), "Deployment", "-operator")
+    operator = _one(_objects(TENANTS), "Deployment", "-operator")
     op_env = _env(operator["spec"]["template"]["spec"]["containers"][0])
     assert op_env["MLFLOW_TRACKING_USERNAME"] == _secret_ref(
         "sarl-mlflow-auth", "MLFLOW_TRACKING_USERNAME"
@@ -79,13 +80,19 @@ def test_mlflow_runs_the_basic_auth_app_with_the_admin_from_a_secret() -> None:
 
 def test_with_a_database_the_auth_tables_go_into_it() -> None:
     values = {"mlflow": {"backendStore": {"existingSecret": "mlflow-db", "key": "uri"}}}
-    mlflow = _one(_objects(values), "Deployment", "-mlflow")
+    mlflow = _one(_objects({**values, **TENANTS}), "Deployment", "-mlflow")
     [init] = mlflow["spec"]["template"]["spec"]["initContainers"]
     assert _env(init)["AUTH_DATABASE_URI"] == _secret_ref("mlflow-db", "uri")
 
 
-def test_auth_off_renders_the_open_server() -> None:
-    objs = _objects({"mlflow": {"auth": {"enabled": False}}})
+@pytest.mark.parametrize(
+    "values",
+    [{"mlflow": {"auth": {"enabled": False}}, **TENANTS}, {}],
+    ids=["off", "auto-without-tenants"],
+)
+def test_auth_off_renders_the_open_server(values: dict[str, Any]) -> None:
+    """Off, or auto on a single-team install (whose job pods have no MLflow user)."""
+    objs = _objects(values)
     pod = _one(objs, "Deployment", "-mlflow")["spec"]["template"]["spec"]
     assert "initContainers" not in pod
     assert not any(a.startswith("--app-name") for a in pod["containers"][0]["args"])
@@ -99,14 +106,14 @@ def test_auth_without_a_secret_fails_naming_the_value() -> None:
     import helm_python as helm
 
     with pytest.raises(helm.HelmError, match=r"mlflow\.auth\.existingSecret: name the Secret"):
-        _render(PLATFORM, {"mlflow": {"auth": {"existingSecret": ""}}})
+        _render(PLATFORM, {"mlflow": {"auth": {"existingSecret": ""}}, **TENANTS})
 
 
 def test_the_init_container_writes_what_mlflow_reads(tmp_path: Path) -> None:
     """The script as rendered, with a database URI holding a URL-encoded "%", read back by
     MLflow's own read_auth_config (mlflow/server/auth/config.py; configparser would refuse a
     lone "%"), in a process of its own as the server reads it."""
-    mlflow = _one(_objects({}), "Deployment", "-mlflow")
+    mlflow = _one(_objects(TENANTS), "Deployment", "-mlflow")
     [init] = mlflow["spec"]["template"]["spec"]["initContainers"]
     script = init["args"][0].replace("/etc/mlflow-auth", str(tmp_path))
     uri = "postgresql+psycopg2://mlflow:p%40ss@db:5432/mlflow"

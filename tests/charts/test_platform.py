@@ -165,9 +165,27 @@ def test_operator_is_wired_to_the_platform(case: Case) -> None:
 # (the operator's rules against the calls it makes).
 
 
-def test_cluster_wide_operator() -> None:
-    args = _containers(_by_component(Case(PLATFORM), "Deployment", "operator"))[0]["args"]
+def test_cluster_wide_operator_is_an_opt_in() -> None:
+    args = _containers(_by_component(Case(PLATFORM, "cluster-wide"), "Deployment", "operator"))[0][
+        "args"
+    ]
     assert "--all-namespaces" in args
+
+
+def test_by_default_the_operator_watches_its_own_namespace() -> None:
+    """Safe by default: no tenants and no list is the release namespace alone, not the cluster."""
+    args = _containers(_by_component(Case(PLATFORM), "Deployment", "operator"))[0]["args"]
+    assert "--namespace=sarl" in args and "--all-namespaces" not in args
+
+
+def test_the_operator_watches_the_tenants() -> None:
+    args = _containers(_by_component(Case(PLATFORM, "tenants"), "Deployment", "operator"))[0][
+        "args"
+    ]
+    assert [a for a in args if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
 
 
 def test_namespaced_operator() -> None:
@@ -176,10 +194,6 @@ def test_namespaced_operator() -> None:
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args and "--debug" in args
     volumes = _by_component(case, "Deployment", "mlflow")["spec"]["template"]["spec"]["volumes"]
-    # The SQLite volume is an emptyDir without persistence; "home" is MLflow's HOME (non-root),
-    # "auth-config" the basic-auth app's config the init container writes (mlflow.auth).
-    assert volumes == [
-        {"name": "home", "emptyDir": {}},
-        {"name": "auth-config", "emptyDir": {}},
-        {"name": "data", "emptyDir": {}},
-    ]
+    # The SQLite volume is an emptyDir without persistence; "home" is MLflow's HOME (non-root);
+    # no tenants, so no basic-auth config volume (mlflow.auth.enabled auto).
+    assert volumes == [{"name": "home", "emptyDir": {}}, {"name": "data", "emptyDir": {}}]

@@ -239,7 +239,7 @@ def _operator_grants(case: Case) -> list[Grant]:
     return subject_grants(objects(case), *SA)
 
 
-@pytest.mark.parametrize("values", ["default", "external-s3", "namespaced"])
+@pytest.mark.parametrize("values", ["default", "external-s3", "namespaced", "cluster-wide"])
 def test_operator_deletes_only_served_models_and_never_reads_pods_or_other_secrets(
     values: str,
 ) -> None:
@@ -273,8 +273,37 @@ def test_operator_deletes_only_served_models_and_never_reads_pods_or_other_secre
             }
 
 
-def test_operator_cluster_wide() -> None:
+def test_operator_by_default_has_rights_in_its_namespace_only() -> None:
+    """No tenants, no list: Roles in the release namespace, no ClusterRole beyond kopf's
+    framework (it cannot create Jobs or read Secrets in kube-system or any other namespace)."""
     case = Case(PLATFORM)
+    grants = _operator_grants(case)
+    scoped = {g.namespace for g in grants if g.role == "sarl-platform-operator"}
+    assert scoped == {NAMESPACE}
+    assert {g.role for g in grants if g.namespace is None} == {"sarl-platform-operator-framework"}
+
+
+def test_operator_in_the_tenants_namespaces_only() -> None:
+    case = Case(PLATFORM, "tenants")
+    grants = _operator_grants(case)
+    scoped = {g.namespace for g in grants if g.role == "sarl-platform-operator"}
+    assert scoped == {"team-a", "team-b"}
+    # The tenant's own credentials Secret is the one more name it may read (StorageReady).
+    secrets = [
+        g.rule for g in grants if "secrets" in g.rule["resources"] and g.namespace != NAMESPACE
+    ]
+    assert all(r["resourceNames"] == ["sarl-s3-credentials", "sarl-tenant"] for r in secrets)
+    # In its own namespace, the tenants' platform copies only (their MLflow users).
+    own = [g.rule for g in grants if "secrets" in g.rule["resources"] and g.namespace == NAMESPACE]
+    assert [r["resourceNames"] for r in own] == [["sarl-tenant-team-a", "sarl-tenant-team-b"]]
+    # The webhook only checks the tenants' namespaces.
+    (config,) = objects_of_kind(case, "ValidatingWebhookConfiguration")
+    (expression,) = config["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+    assert expression["values"] == ["team-a", "team-b"]
+
+
+def test_operator_cluster_wide() -> None:
+    case = Case(PLATFORM, "cluster-wide")
     grants = _operator_grants(case)
     assert {g.role for g in grants} == {
         "sarl-platform-operator",

@@ -38,7 +38,7 @@ def _objects(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     docs = [
         d
         for path, text in rendered.items()
-        if "tenant" in path
+        if "minio-tenant" in path  # this store's templates (not MLflow's tenant objects)
         for d in yaml.safe_load_all(text)
         if d
     ]

@@ -62,7 +62,8 @@ from tests.support.kube_server import (
 STUDIES: Final = Resource("sarl.dev", "v1alpha1", "studies", "Study", subresources=("status",))
 RESOURCES: Final = (*SARL_RESOURCES, *TRAINER_V2_RESOURCES, STUDIES)
 PLURALS: Final = {(r.group, r.kind): r.plural for r in RESOURCES}
-TEAM: Final = "team-a"  # watched in both cases (ci/namespaced-values.yaml: team-a, team-b)
+#: Watched in both cases (ci/namespaced-values.yaml lists team-a and team-b; cluster-wide: all).
+TEAM: Final = "team-a"
 TEST_AGENT: Final = "sarl-rbac-test"  # the test's own requests (Training Operator, KServe, user)
 SUCCEEDED: Final = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
 
@@ -102,7 +103,7 @@ def _operator_env(case: Case, overrides: dict[str, str]) -> dict[str, str]:
     return {**os.environ, **env, "SARL_OPERATOR_NAMESPACE": NAMESPACE, **overrides}
 
 
-@pytest.fixture(scope="module", params=["default", "namespaced"])
+@pytest.fixture(scope="module", params=["cluster-wide", "namespaced"])
 def case(request: pytest.FixtureRequest) -> Case:
     return Case(PLATFORM, request.param)
 

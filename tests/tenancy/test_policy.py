@@ -32,7 +32,7 @@ import pytest
 pytest.importorskip("kmock")
 from kubernetes import dynamic
 
-from sarl.cluster.tenancy import TENANT_SECRET, TenantKeys
+from sarl.cluster.tenancy import TENANT_SECRET, TenantKeys, platform_copy_name
 from tests.operators.operator_process import (
     Operator,
     client_for,
@@ -62,6 +62,7 @@ from tests.support.kube_server import (
 )
 from tests.support.mlflow_server import free_port
 
+PLATFORM_NAMESPACE: Final = "sarl"
 STUDIES: Final = Resource("sarl.dev", "v1alpha1", "studies", "Study", subresources=("status",))
 CHILDREN: Final = (CONFIGMAPS, PYTORCHJOBS, ISVCS, JOBS)
 
@@ -104,6 +105,8 @@ def operator(
         "SARL_RETRY_DELAY_S": "1",
         "SARL_TRAINER_IMAGE": "ghcr.io/sarl-dev/sarl-verl:test",
         "SARL_S3_BUCKET": "sarl",
+        "SARL_S3_CREDENTIALS_SECRET": "sarl-s3-credentials",
+        "SARL_OPERATOR_NAMESPACE": PLATFORM_NAMESPACE,
     }
     with running_operator(server, TEAM_A, tmp_path_factory.mktemp("operator"), env) as op:
         yield op
@@ -121,10 +124,12 @@ def kube(server: KubeServer, tmp_path_factory: pytest.TempPathFactory) -> dynami
         "metadata": {"name": TENANT_SECRET},
         "data": data,
     }
+    secrets = client.resources.get(api_version="v1", kind="Secret")
     for namespace in (TEAM_A, TEAM_B):
-        client.resources.get(api_version="v1", kind="Secret").create(
-            body=secret, namespace=namespace
-        )
+        secrets.create(body=secret, namespace=namespace)
+        # Its copy in the platform namespace: the operator tracks as the tenant's MLflow user.
+        copy = {**secret, "metadata": {"name": platform_copy_name(namespace)}}
+        secrets.create(body=copy, namespace=PLATFORM_NAMESPACE)
     return client
 
 
@@ -151,6 +156,38 @@ def _mlflow_experiments(mlflow_server: Any) -> list[str]:
         timeout=10,
     )
     return [e["name"] for e in reply.json().get("experiments", [])]
+
+
+def test_team_as_own_spec_runs_with_team_as_own_identity(
+    operator: Operator, server: KubeServer, kube: dynamic.DynamicClient, mlflow_server: Any
+) -> None:
+    """The control: a spec inside team-a's policy gets its job, whose pods carry team-a's own
+    credentials (Secret ``sarl-tenant``: store key pair, MLflow user, checkpoint key, Ray token,
+    serving key) and never the platform's root store Secret; its MLflow experiment is
+    ``team-a/<name>``."""
+    from tests.operators.test_operator import kserve_standin
+
+    with kserve_standin(server, TEAM_A):  # KServe's controller cannot run here
+        create(kube, TEAM_A, "Experiment", experiment_doc("own"))
+        try:
+            job = wait_for(
+                "the PyTorchJob of team-a's valid Experiment",
+                lambda: server.objects(PYTORCHJOBS, TEAM_A).get("own"),
+            )
+        except AssertionError as e:
+            status = server.objects(EXPERIMENTS, TEAM_A).get("own", {}).get("status")
+            raise AssertionError(f"{e}\nstatus: {status}\n{operator.log()}") from None
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    refs = [
+        e["valueFrom"]["secretKeyRef"]
+        for spec in replicas.values()
+        for c in spec["template"]["spec"]["containers"]
+        for e in c.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    ]
+    assert {r["name"] for r in refs} == {TENANT_SECRET}
+    assert {r["key"] for r in refs} >= set(TenantKeys.ALL)
+    assert "team-a/own" in _mlflow_experiments(mlflow_server)
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))

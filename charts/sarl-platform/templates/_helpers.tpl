@@ -197,8 +197,22 @@ are never read.
 # Experiment's namespace: that one name only, never other Secrets.
 - apiGroups: [""]
   resources: ["secrets"]
-  resourceNames: [{{ .Values.objectStore.credentials.existingSecret | quote }}]
+  resourceNames: [{{ .Values.objectStore.credentials.existingSecret | quote }}{{ if .Values.tenants }}, "sarl-tenant"{{ end }}]
   verbs: ["get"]
+{{- end }}
+
+{{/*
+The namespaces the operator watches, as a JSON list (fromJsonArray): operator.watchNamespaces
+and every tenant's namespace; neither: the release namespace alone, unless operator.clusterWide
+(then an empty list: every namespace, with a ClusterRole). The operator's rights are Roles in
+these namespaces only: it cannot create Jobs or read Secrets anywhere else (kube-system
+included).
+*/}}
+{{- define "sarl-platform.watchedNamespaces" -}}
+{{- $listed := concat .Values.operator.watchNamespaces (list) -}}
+{{- range .Values.tenants }}{{ $listed = append $listed .namespace }}{{ end -}}
+{{- if and (not $listed) (not .Values.operator.clusterWide) }}{{ $listed = list .Release.Namespace }}{{ end -}}
+{{- $listed | uniq | toJson -}}
 {{- end }}
 
 {{/* The admission webhook's Service, and its generated TLS Secret. */}}
@@ -291,4 +305,14 @@ settings) both include it, so the two never disagree. Indent with nindent 12.
 # Whether the operator applies each Experiment's NetworkPolicies (networkPolicy.enabled).
 - name: SARL_NETWORK_POLICIES
   value: {{ .Values.networkPolicy.enabled | quote }}
+{{- end }}
+
+{{/*
+Whether MLflow runs its basic-auth app: mlflow.auth.enabled true, or auto (the default) and the
+platform has tenants (each gets its own MLflow user; a single-team install's pods have no user to
+log in as, and NetworkPolicies keep its MLflow to the release's and the watched namespaces' pods).
+*/}}
+{{- define "sarl-platform.mlflowAuth" -}}
+{{- $a := .Values.mlflow.auth.enabled -}}
+{{- if and .Values.mlflow.enabled (or (eq (toString $a) "true") (and (eq (toString $a) "auto") .Values.tenants)) }}true{{ end }}
 {{- end }}

@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 
 import kopf
 
+import sarl
 from sarl.spec.experiment import Experiment
 from sarl_operator import child_meta, job_pods, scheduling
 from sarl_operator.admission import allowed_registries
@@ -53,9 +54,12 @@ STATUS_WRITE_TRIES: Final = 3
 #: Seconds between checks while waiting for a Secret, InferenceServices or a previous child
 #: (``SARL_RETRY_DELAY_S``).
 WAIT_RETRY_DELAY_S: Final = 30.0
+#: Trainer images when the environment names none (the chart always does, by digest once the
+#: release workflow pinned them): this release's tag, never ``latest`` — a moving tag would run
+#: whatever was pushed last, and a node's cached ``latest`` may differ from the registry's.
 DEFAULT_IMAGES: Final[Mapping[str, str]] = {
-    "verl": "ghcr.io/sarl-dev/sarl-verl:latest",
-    "trl": "ghcr.io/sarl-dev/sarl-trl:latest",
+    "verl": f"ghcr.io/sarl-dev/sarl-verl:{sarl.__version__}",
+    "trl": f"ghcr.io/sarl-dev/sarl-trl:{sarl.__version__}",
 }
 
 #: (involved object, type "Normal"/"Warning", reason, message) -> None
