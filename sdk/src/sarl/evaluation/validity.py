@@ -2,7 +2,7 @@
 
 Label-free rewards (structure, TTRL, EMPO, self-certainty, format+length) are only worth training
 on if they order a policy's own samples the way correctness does. Wherever ground truth is known
-(every math dataset), two figures say how far they do:
+(every math dataset), these figures say how far they do:
 
 * **AUROC** of the reward against correctness over a batch: the probability that a random correct
   response scores above a random incorrect one, a tie counting one half (the Mann-Whitney U
@@ -17,12 +17,11 @@ on if they order a policy's own samples the way correctness does. Wherever groun
   share ordered the wrong way. Ties are counted apart, not as one half as in AUROC, because a
   reward that ties everything (``agreement`` 0, ``ties`` 1) is useless to GRPO while one at
   AUROC 0.5 by ties alone would look like chance. Undefined when no group holds both kinds.
-
 * **Within-prompt AUROC** (``pair_auroc``), the headline: ``agreement + ties / 2``, the same
   pairs read as an AUROC (ties one half), so it compares with the pooled AUROC and with the
   trivial predictors of :mod:`sarl.evaluation.trivial`. The pooled AUROC is secondary: it mixes
   between-prompt signal (a reward that scores easy prompts high is "valid" over the batch while
-  it orders no pair of one prompt right; ``tests/sarl/evaluation/test_validity.py`` has a batch
+  it orders no pair of one prompt right; ``tests/sarl/evaluation/test_trivial.py`` has a batch
   with within-prompt agreement 0 and pooled AUROC 0.75).
 
 Counts: ``prompts`` (groups with a defined score) and ``mixed_prompts`` (groups holding both a
