@@ -12,10 +12,7 @@ The backoff is shortened (what is tested is the number of attempts, not the wait
 
 from __future__ import annotations
 
-import threading
-import uuid
 from collections.abc import Callable, Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,52 +24,23 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 from sarl.runner.callbacks import CheckpointCallback
 from sarl.runner.saving import PENDING, SAVE_ATTEMPTS, upload_pending
 from sarl.storage import StorageError, open_store
-from tests.sarl.storage.conftest import ACCESS_KEY, SECRET_KEY
-from tests.sarl.storage.test_retries import FaultyProxy, _handler
+from tests.sarl.runner.s3_faults import CREDENTIALS, make_bucket, manifest_puts, proxies_500
+from tests.sarl.storage.test_retries import FaultyProxy
 
-INTERNAL = b"<?xml version='1.0'?><Error><Code>InternalError</Code><Message>boom</Message></Error>"
 LAST = 4
 
 
 @pytest.fixture
 def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A new bucket on the session's moto server, and its credentials in the environment."""
-    from minio import Minio
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    client = Minio(s3_endpoint.removeprefix("http://"), access_key=ACCESS_KEY,
-                   secret_key=SECRET_KEY, secure=False)  # fmt: skip
-    name = f"sarl-{uuid.uuid4().hex[:12]}"
-    client.make_bucket(name)
-    return name
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    return make_bucket(s3_endpoint)
 
 
 @pytest.fixture
 def proxy500(s3_endpoint: str) -> Iterator[Callable[..., tuple[str, FaultyProxy]]]:
-    """The storage tests' fault proxy, answering 500 InternalError to the requests it fails."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(fail: Callable[[str, str, int], bool]) -> tuple[str, FaultyProxy]:
-        proxy = FaultyProxy(s3_endpoint, fail)
-        base = _handler(proxy)
-
-        class Handler500(base):  # type: ignore[misc, valid-type]
-            def _answer(self, status: int, headers: dict[str, str], data: bytes,
-                        head: bool = False) -> None:  # fmt: skip
-                if status == 503:
-                    status, data = 500, INTERNAL
-                super()._answer(status, headers, data, head)
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler500)
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}", proxy
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with proxies_500(s3_endpoint) as start:
+        yield start
 
 
 @pytest.fixture(autouse=True)
@@ -96,15 +64,10 @@ def _save(callback: CheckpointCallback, output: Path, step: int) -> None:
     callback.on_save(args, state, TrainerControl())
 
 
-def _manifest_puts(step: int, failures: int) -> Callable[[str, str, int], bool]:
-    name = f"step-{step:08d}/manifest.json"
-    return lambda method, path, attempt: method == "PUT" and name in path and attempt <= failures
-
-
 def test_four_500s_on_the_final_save_are_retried_and_the_checkpoint_lands(
     proxy500: Callable[..., tuple[str, FaultyProxy]], s3_bucket: str, tmp_path: Path
 ) -> None:
-    endpoint, proxy = proxy500(_manifest_puts(LAST, failures=4))
+    endpoint, proxy = proxy500(manifest_puts(LAST, failures=4))
     store = open_store(f"s3://{s3_bucket}/exp", endpoint_url=endpoint)
     callback = CheckpointCallback(store, 2, {"mlflow_run_id": "r"}, keep_last=2)
 
@@ -119,7 +82,7 @@ def test_a_final_save_the_store_keeps_refusing_is_kept_locally_and_uploaded_on_r
     proxy500: Callable[..., tuple[str, FaultyProxy]], s3_endpoint: str, s3_bucket: str,
     tmp_path: Path,
 ) -> None:  # fmt: skip
-    endpoint, proxy = proxy500(_manifest_puts(LAST, failures=10**6))
+    endpoint, proxy = proxy500(manifest_puts(LAST, failures=10**6))
     store = open_store(f"s3://{s3_bucket}/exp", endpoint_url=endpoint)
     run_dir = tmp_path / "run"
     callback = CheckpointCallback(store, 2, {"mlflow_run_id": "r"}, keep_last=2, run_dir=run_dir)
@@ -149,7 +112,7 @@ def test_a_final_save_the_store_keeps_refusing_is_kept_locally_and_uploaded_on_r
 def test_a_save_before_the_last_step_that_keeps_failing_still_fails_the_run(
     proxy500: Callable[..., tuple[str, FaultyProxy]], s3_bucket: str, tmp_path: Path
 ) -> None:
-    endpoint, _ = proxy500(_manifest_puts(2, failures=10**6))
+    endpoint, _ = proxy500(manifest_puts(2, failures=10**6))
     store = open_store(f"s3://{s3_bucket}/exp", endpoint_url=endpoint)
     callback = CheckpointCallback(store, 2, {}, keep_last=2, run_dir=tmp_path / "run")
     with pytest.raises(StorageError, match="InternalError"):

@@ -6,7 +6,10 @@ process, a real MLflow server, the moto S3 server, a real embedding server proce
 * disk full on the tracking spool: one line naming the spool, its free space and how to continue,
   the MLflow run FAILED with the reason (before: a 70-line traceback, the run RUNNING);
 * the embedding service dies mid-run: one line naming its URL, the run FAILED, the checkpoint kept
-  (before: a 181-line traceback).
+  (before: a 181-line traceback);
+* the S3 store answers 500 to the final checkpoint's commit whatever the retries: the run ends 0,
+  FINISHED, the checkpoint kept locally and named, and ``--resume`` uploads it (before: exit 1
+  after training had finished).
 
 Each ends with a resume and counts the points MLflow holds per step (expected, delivered,
 duplicated). The child is the real CLI with two test hooks (``CHILD``): it stalls after logging
@@ -37,7 +40,12 @@ pytest.importorskip("trl")
 mlflow = pytest.importorskip("mlflow")
 
 from tests.jobs.outage import Server  # noqa: E402
-from tests.sarl.storage.conftest import ACCESS_KEY, SECRET_KEY  # noqa: E402
+from tests.sarl.runner.s3_faults import (  # noqa: E402
+    CREDENTIALS,
+    make_bucket,
+    manifest_puts,
+    proxies_500,
+)
 from tests.support.mlflow_server import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -45,16 +53,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def s3_bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A new bucket on the session's moto server, and its credentials in the environment."""
-    from minio import Minio
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    client = Minio(s3_endpoint.removeprefix("http://"), access_key=ACCESS_KEY,
-                   secret_key=SECRET_KEY, secure=False)  # fmt: skip
-    name = f"sarl-{uuid.uuid4().hex[:12]}"
-    client.make_bucket(name)
-    return name
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    return make_bucket(s3_endpoint)
 
 
 MAX_STEPS = 8
@@ -217,8 +218,7 @@ def test_a_second_resume_from_another_workdir_is_refused_naming_the_owner(
     policy_cache: Path,
 ) -> None:  # fmt: skip
     storage = {"checkpoint_uri": f"s3://{s3_bucket}/shared/run", "endpoint_url": s3_endpoint}
-    creds = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
-    run = _run(workdir, server, tmp_path, storage, GROUND_TRUTH, creds)
+    run = _run(workdir, server, tmp_path, storage, GROUND_TRUTH, CREDENTIALS)
     other = tmp_path / "machine-b"  # another workdir: no run directory, no local lock in common
     other.mkdir()
     (other / "cache").symlink_to(policy_cache, target_is_directory=True)
@@ -319,3 +319,37 @@ def test_the_embedding_service_dying_mid_run_fails_the_run_in_one_line(
     assert mlrun.info.status == "FINISHED"
     assert run.points(mlrun.info.run_id) == (MAX_STEPS, MAX_STEPS, 0)
     print(f"\nFAULT embedding-dead: exit {code}; points {run.points(mlrun.info.run_id)}; {line}")
+
+
+def test_s3_500s_on_the_final_save_keep_the_checkpoint_and_resume_uploads_it(
+    workdir: Path, server: Server, tmp_path: Path, s3_endpoint: str, s3_bucket: str
+) -> None:
+    from sarl.storage import open_store
+
+    store = open_store(f"s3://{s3_bucket}/exp", endpoint_url=s3_endpoint)  # behind no proxy
+    with proxies_500(s3_endpoint) as start:
+        endpoint, proxy = start(manifest_puts(MAX_STEPS, failures=10**6))
+        storage = {"checkpoint_uri": f"s3://{s3_bucket}/exp", "endpoint_url": endpoint}
+        run = _run(workdir, server, tmp_path, storage, GROUND_TRUTH, CREDENTIALS)
+        child = run.start(workdir)
+        code = child.wait()
+
+        assert code == 0, child.stderr
+        assert "Traceback" not in child.stderr
+        (line,) = [ln for ln in child.stderr.splitlines() if ln.startswith("warning: training")]
+        kept = workdir / "runs" / run.name / "trainer" / f"checkpoint-{MAX_STEPS}"
+        assert str(kept) in line and "--local --resume" in line, line
+        mlrun = run.only_run()
+        assert mlrun.info.status == "FINISHED"
+        assert run.points(mlrun.info.run_id) == (MAX_STEPS, MAX_STEPS, 0)
+        latest = store.latest()
+        assert latest is not None and latest.step == MAX_STEPS - 2
+
+        proxy.fail = lambda *_: False  # the store answers again
+        resumed = run.start(workdir, "--resume")
+        assert resumed.wait() == 0, resumed.stderr
+    latest = store.latest()
+    assert latest is not None and latest.step == MAX_STEPS
+    assert latest.metadata["mlflow_run_id"] == mlrun.info.run_id
+    assert run.points(mlrun.info.run_id) == (MAX_STEPS, MAX_STEPS, 0)
+    print(f"\nFAULT final-save-500s: exit {code}; points {run.points(mlrun.info.run_id)}; {line}")
