@@ -14,6 +14,12 @@ starts over from step 0 in that run); steps the run already holds are not logged
 means there is nothing to train: a FINISHED run is left untouched, one killed after its last
 checkpoint gets its final evaluation and is closed FINISHED.
 
+One owner per run: before the store is touched the session takes the run's lease in it
+(:mod:`sarl.runner.ownership`, :mod:`sarl.storage.lease`), checks it before each checkpoint and
+releases it at the end. A fault outside sarl (disk full, a dead embedding service) ends the run in
+one line and closes it FAILED with the reason (:mod:`sarl.runner.faults`); a last checkpoint the
+store refuses stays local for ``--resume`` to upload (:mod:`sarl.runner.saving`).
+
 Tracking outages. Metrics, maps and evaluations go to the run's spool
 (``<run dir>/tracking/<run id>``, :mod:`sarl.tracking.spool`) and are sent in the background, so an
 MLflow outage never stops training. Every checkpoint carries the spool's unsent tail
