@@ -1,16 +1,20 @@
 """math-verify in warm worker subprocesses, each comparison bounded by its own timeout.
 
-The worker side (:func:`verify_pair` under the worker's own timer, run as
+The worker side (:func:`verify_pair`, and EMPO's answer extraction
+:func:`~sarl.rewards.baselines.empo_extract.parse_answer`, under the worker's own timer, run as
 ``python -m sarl.rewards.baselines.math_verify_pool --worker``) and the caller's side
 (:class:`BoundedProcessPool`, and the process-wide :func:`shared_pool`). Used by the
 ``ground_truth_math_verify`` reward (:mod:`sarl.rewards.baselines.math_verify`, whose docstring
-says why comparisons run in subprocesses); nothing here imports the reward.
+says why math-verify runs in subprocesses; comparisons, :meth:`BoundedProcessPool.map`) and the
+``empo`` reward (extractions, :meth:`BoundedProcessPool.extract`); nothing here imports a
+reward.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import importlib
 import json
 import logging
@@ -21,9 +25,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
+
+from sarl.rewards.baselines.empo_extract import parse_answer
+
+_T = TypeVar("_T")
+
+#: A request to a worker without its timeout: ``[prediction, truth]`` (a comparison) or
+#: ``{"extract": text}`` (an extraction).
+Request = list[str] | dict[str, str]
 
 # Worker results of one comparison.
 CORRECT, WRONG, UNPARSEABLE = 1, 0, -1
@@ -59,9 +71,11 @@ def _worker_main() -> None:
     """Worker loop (``python -m sarl.rewards.baselines.math_verify_pool --worker``).
 
     Protocol, one JSON document per line: the worker writes ``"ready"`` once math-verify is
-    imported, then answers each request ``[prediction, truth, timeout_seconds]`` with an int
-    result: :data:`WORKER_TIMED_OUT` when its own timer stopped the comparison. Its stdout is
-    kept for the protocol only (anything a library prints goes to stderr).
+    imported, then answers each request: ``[prediction, truth, timeout_seconds]`` (a comparison)
+    with an int result, ``{"extract": text, "timeout": timeout_seconds}`` (EMPO's extraction)
+    with the extracted string or :data:`UNPARSEABLE` if math-verify raised; either is
+    :data:`WORKER_TIMED_OUT` when its own timer stopped the call. Its stdout is kept for the
+    protocol only (anything a library prints goes to stderr).
 
     The timer is the mechanism math-verify itself uses (``math_verify/utils.py`` of math-verify
     0.9.0: ``signal.alarm`` raising from the SIGALRM handler), usable here because the worker
@@ -74,13 +88,21 @@ def _worker_main() -> None:
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled": on purpose
+    # "equations=True ... is deprecated" on every parse of EMPO's config (which still applies it)
+    logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
     importlib.import_module("math_verify")
     signal.signal(signal.SIGALRM, _interrupt)
     protocol.write('"ready"\n')
     protocol.flush()
     for line in sys.stdin:
-        prediction, truth, *rest = json.loads(line)
-        protocol.write(f"{_compare(prediction, truth, float(rest[0]) if rest else 0.0)}\n")
+        request = json.loads(line)
+        if isinstance(request, dict):
+            timeout = float(request.get("timeout", 0.0))
+            result: int | str = _timed(functools.partial(parse_answer, request["extract"]), timeout)
+        else:
+            prediction, truth, *rest = request
+            result = _compare(prediction, truth, float(rest[0]) if rest else 0.0)
+        protocol.write(json.dumps(result) + "\n")
         protocol.flush()
 
 
@@ -93,11 +115,17 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _compare(prediction: str, truth: str, timeout_seconds: float) -> int:
+    result: int = _timed(lambda: verify_pair(prediction, truth), timeout_seconds)
+    return result
+
+
+def _timed(fn: Callable[[], _T], timeout_seconds: float) -> _T | int:
+    """``fn()`` under the worker's timer; :data:`WORKER_TIMED_OUT` or :data:`UNPARSEABLE` else."""
     try:
         try:
             if timeout_seconds > 0:
                 signal.setitimer(signal.ITIMER_REAL, timeout_seconds)
-            return verify_pair(prediction, truth)
+            return fn()
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)  # may itself be interrupted: caught below
     except _Interrupted:
@@ -223,13 +251,33 @@ class BoundedProcessPool:
     ) -> list[int | TimedOut]:
         """The result of each ``(prediction, truth)``, in order (see the class docstring);
         :data:`TIMED_OUT` for every call stopped by ``cancel``."""
+        results = self._run([list(call) for call in calls], timeout_seconds, cancel)
+        return [r if isinstance(r, (int, TimedOut)) else UNPARSEABLE for r in results]
+
+    def extract(
+        self,
+        texts: Sequence[str],
+        *,
+        timeout_seconds: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> list[str | int | TimedOut]:
+        """EMPO's extracted answer of each text, in order (``""``: none); :data:`UNPARSEABLE`
+        where math-verify raised, :data:`TIMED_OUT` as in :meth:`map`."""
+        return self._run([{"extract": text} for text in texts], timeout_seconds, cancel)
+
+    def _run(
+        self,
+        requests: Sequence[Request],
+        timeout_seconds: float | None,
+        cancel: threading.Event | None,
+    ) -> list[str | int | TimedOut]:
         timeout = self.timeout_seconds if timeout_seconds is None else timeout_seconds
         stop = cancel or threading.Event()
-        parallel = min(self.workers, len(calls))
+        parallel = min(self.workers, len(requests))
         if parallel <= 1:
-            return [self._call(call, timeout, stop) for call in calls]
+            return [self._call(request, timeout, stop) for request in requests]
         with ThreadPoolExecutor(parallel, thread_name_prefix="sarl-math-verify") as pool:
-            return list(pool.map(lambda call: self._call(call, timeout, stop), calls))
+            return list(pool.map(lambda request: self._call(request, timeout, stop), requests))
 
     def pids(self) -> list[int]:
         """Process ids of the live workers, spares included (tests and diagnostics)."""
@@ -237,18 +285,20 @@ class BoundedProcessPool:
             return [w.proc.pid for w in (*self._idle, *self._spares) if w.proc.poll() is None]
 
     def _call(
-        self, call: tuple[str, str], timeout: float, cancel: threading.Event
-    ) -> int | TimedOut:
+        self, request: Request, timeout: float, cancel: threading.Event
+    ) -> str | int | TimedOut:
         worker = self._checkout(cancel)
         if worker is None:
             return TIMED_OUT
-        answer: int | None = None
+        answer: str | int | None = None
+        payload = (
+            [*request, timeout] if isinstance(request, list) else {**request, "timeout": timeout}
+        )
         try:
             if worker.wait_started(time.monotonic() + self.startup_grace_seconds, cancel):
-                worker.send(json.dumps([*call, timeout]))
+                worker.send(json.dumps(payload))
                 line = worker.receive(time.monotonic() + timeout + self.kill_margin_seconds, cancel)
-                with contextlib.suppress(ValueError):
-                    answer = None if line is None else int(line)
+                answer = None if line is None else _result(line)
         finally:
             self._checkin(worker, healthy=answer is not None)
         if answer is None or answer == WORKER_TIMED_OUT:
@@ -311,6 +361,15 @@ class BoundedProcessPool:
             self._cond.notify_all()
         for worker in workers:
             worker.kill()
+
+
+def _result(line: str) -> str | int | None:
+    """A worker's answer line: an int code or an extracted string; None if garbled."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
 
 
 _SHARED: dict[tuple[int, float], BoundedProcessPool] = {}
