@@ -247,3 +247,53 @@ def test_report_logs_into_and_closes_its_own_run_only(
 def _stub_plot(histories: object, arms: object, out_path: Path, **_: object) -> Path:
     out_path.write_bytes(b"\x89PNG\r\n\x1a\n")
     return out_path
+
+
+def test_a_name_claimed_or_shared_by_team_b_is_refused(server_url: str, as_tenant: Any) -> None:
+    """Name squatting: MLflow has no permission on experiment names, so team-b creates
+    ``team-a/<name>`` first. As it stands (team-a has no permission) and once team-b also
+    grants team-a access (team-a's runs would land where team-b reads them), the operator
+    refuses to log team-a's runs there, naming the fix; nothing is created in it."""
+    from mlflow import MlflowClient
+
+    from sarl_operator.tracking import TrackingError as OperatorTrackingError
+
+    name = "team-a/squatted"
+    as_tenant("team-b")
+    squatted = MlflowClient(server_url).create_experiment(name)
+    settings = Settings(tracking_uri=server_url, platform=PLATFORM, operator_namespace=PLATFORM_NS)
+    tenant_mlflow.CACHE.clear()
+    api: Any = SecretsApi(PASSWORDS)
+    factory = tenant_mlflow.authenticated(MlflowTracking, api, "team-a", settings)
+    with pytest.raises(OperatorTrackingError, match="HTTP 403"):
+        factory(server_url).experiment_id(name)
+    # team-b grants team-a MANAGE (the strongest), through MLflow 3's own per-user grant API:
+    # team-a's lookup now succeeds, and the operator still refuses (team-b reads it).
+    import httpx
+
+    granted = httpx.post(
+        f"{server_url}/api/3.0/mlflow/users/permissions/grant",
+        json={
+            "username": "team-a",
+            "resource_type": "experiment",
+            "resource_id": squatted,
+            "permission": "MANAGE",
+        },
+        auth=("team-b", PASSWORDS["team-b"]),
+        timeout=10,
+    )
+    assert granted.status_code == 200, granted.text
+    with pytest.raises(OperatorTrackingError, match="readable by another tenant's user 'team-b'"):
+        factory(server_url).experiment_id(name)
+    as_tenant("team-b")
+    assert MlflowClient(server_url).search_runs([squatted]) == []
+
+
+def test_team_as_own_experiment_passes_the_ownership_check(server_url: str) -> None:
+    """The control: an experiment team-a's user created itself is used (and found again)."""
+    settings = Settings(tracking_uri=server_url, platform=PLATFORM, operator_namespace=PLATFORM_NS)
+    tenant_mlflow.CACHE.clear()
+    api: Any = SecretsApi(PASSWORDS)
+    factory = tenant_mlflow.authenticated(MlflowTracking, api, "team-a", settings)
+    first = factory(server_url).experiment_id("team-a/own-experiment")
+    assert factory(server_url).experiment_id("team-a/own-experiment") == first

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -167,9 +168,34 @@ def authenticated(
             platform_namespace=settings.operator_namespace,
             cache=cache,
         )
-        return factory(uri, auth=auth) if auth else factory(uri)
+        client = factory(uri, auth=auth) if auth else factory(uri)
+        if isinstance(client, MlflowTracking) and platform.tenancy.policy(namespace) is not None:
+            # No other tenant may read an experiment this tenant's runs go to.
+            others = other_tenants(api, namespace, platform, settings.operator_namespace, cache)
+            return dataclasses.replace(client, other_tenants=others)
+        return client
 
     return make
+
+
+def other_tenants(
+    api: KubeApi,
+    namespace: str,
+    platform: Platform,
+    platform_namespace: str,
+    cache: CredentialCache = CACHE,
+) -> tuple[Credentials, ...]:
+    """The MLflow credentials of every tenant but ``namespace`` (from their platform copy
+    Secrets; a tenant whose Secret does not exist yet has no MLflow user and is left out)."""
+    found = []
+    for other in platform.tenancy.namespaces():
+        if other == namespace:
+            continue
+        try:
+            found.append(cache.get(api, other, platform_namespace))
+        except TrackingError:
+            continue
+    return tuple(found)
 
 
 def progress_tracker(uri: str, auth: Credentials | None = None) -> MlflowTracking:

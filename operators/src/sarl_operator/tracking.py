@@ -58,6 +58,8 @@ TRL_REWARD_MEAN: Final = "reward"
 #: Reward metrics in order of preference for lastStep/lastReward.
 REWARD_METRICS: Final = (REWARD_MEAN, VERL_SCORE_MEAN, TRL_REWARD_MEAN)
 _API: Final = "/api/2.0/mlflow"
+#: ``as_user`` of a request sent without credentials.
+ANONYMOUS: Final = ("", "")
 
 
 class TrackingError(RuntimeError):
@@ -190,9 +192,16 @@ class MlflowTracking:
     transport: httpx.BaseTransport | None = None
     sleep: Callable[[float], None] = time.sleep
     auth: tuple[str, str] | None = field(default=None, repr=False)
+    #: On a platform with tenants, the other tenants' MLflow credentials: an existing experiment
+    #: the operator would log a tenant's runs into must be readable by none of them
+    #: (:meth:`_check_not_shared`). Empty: not checked.
+    other_tenants: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> tuple[int, dict[str, Any]]:
-        """(status, JSON body) of one request, retried while transient; 200 and 4xx return."""
+    def _call(
+        self, method: str, path: str, as_user: tuple[str, str] | None = None, **kwargs: Any
+    ) -> tuple[int, dict[str, Any]]:
+        """(status, JSON body) of one request (as ``as_user``, else :attr:`auth`), retried while
+        transient; 200 and 4xx return."""
         url = f"{self.base_url.rstrip('/')}{_API}/{path}"
         cause = ""
         for attempt in range(self.max_retries + 1):
@@ -203,7 +212,8 @@ class MlflowTracking:
                 with httpx.Client(
                     timeout=timeout, transport=self.transport, verify=_ssl_context()
                 ) as client:
-                    response = client.request(method, url, auth=self.auth, **kwargs)
+                    who = None if as_user is ANONYMOUS else (as_user or self.auth)
+                    response = client.request(method, url, auth=who, **kwargs)
             except httpx.HTTPError as e:  # timeouts, refused/reset connections
                 cause = f"{type(e).__name__}: {e}"
                 log.warning("MLflow %s %s; attempt %d", url, cause, attempt + 1)
@@ -242,6 +252,7 @@ class MlflowTracking:
             if status == 200:
                 experiment = body["experiment"]
                 eid = str(experiment["experiment_id"])
+                self._check_not_shared(eid, name)
                 self._add_experiment_tags(eid, tag_map(experiment), about)
                 return eid
             if body.get("error_code") != "RESOURCE_DOES_NOT_EXIST":
@@ -257,6 +268,39 @@ class MlflowTracking:
             if body.get("error_code") != "RESOURCE_ALREADY_EXISTS":
                 raise TrackingError(f"MLflow experiments/create {name!r}: HTTP {status}: {body}")
         raise TrackingError(f"MLflow experiment {name!r}: created but not found")
+
+    def _check_not_shared(self, experiment_id: str, name: str) -> None:
+        """Refuse an existing experiment another tenant can read (TrackingError).
+
+        MLflow has no permission on experiment *names*: team-b may create ``team-a/x`` before
+        team-a does; team-a's user then has no permission on it (the lookup is refused, 403),
+        or, once team-b grants it access, team-a's runs would land where team-b reads them. So
+        the experiment is read as each other tenant's user: any that may read it makes it
+        unusable. Only MLflow's plain ``experiments/get`` is used (its permission API changed
+        between 2.x and 3.x), exactly what that tenant's own client would do.
+        An MLflow that answers anonymous requests (``mlflow.auth.enabled: false``) lets every
+        tenant read everything anyway: nothing is checked there."""
+        if not self.other_tenants:
+            return
+        anonymous, _ = self._call(
+            "GET", "experiments/get", as_user=ANONYMOUS, params={"experiment_id": experiment_id}
+        )
+        if anonymous == 200:
+            return
+        for user, password in self.other_tenants:
+            status, _ = self._call(
+                "GET",
+                "experiments/get",
+                as_user=(user, password),
+                params={"experiment_id": experiment_id},
+            )
+            if status == 200:
+                raise TrackingError(
+                    f"MLflow experiment {name!r} is readable by another tenant's user "
+                    f"{user!r} (it created the name or was granted it): the operator does not "
+                    "log this tenant's runs there; an MLflow admin must delete it or revoke "
+                    "that permission"
+                )
 
     def _add_experiment_tags(
         self, experiment_id: str, existing: Mapping[str, str], description: str
