@@ -13,8 +13,8 @@ last renewed (the holder's clock, UTC). Every change is conditional on what the 
   conditional writes, also MinIO's and moto's: ``moto/s3/responses.py`` ``put_object`` in moto
   5.x raises ``PreconditionFailed``). A server that ignores the headers is caught by reading the
   lease back after each write: another holder there means the write lost.
-* A local or mounted directory: the same read-compare-write under an exclusive ``flock`` of
-  ``lease.lock`` (released by the kernel when the holder dies), the file replaced atomically.
+* A local or mounted directory: the same read-compare-write under an exclusive ``flock`` of the
+  store's directory (released by the kernel when the holder dies), the file replaced atomically.
 
 A lease renewed within ``STALE_PERIODS`` renewal periods is live: a second owner is refused
 (:class:`LeaseHeld`, naming the holder and when it last renewed). A stale one is taken over only
@@ -250,7 +250,7 @@ def _dead_here(holder: Holder) -> bool:
 
 
 class LocalLeaseBackend(LeaseBackend):
-    """``<root>/lease.json``; changes serialised by ``flock`` on ``<root>/lease.lock``."""
+    """``<root>/lease.json``; changes serialised by ``flock`` on the directory ``<root>``."""
 
     def __init__(self, root: Path) -> None:
         self.path = Path(root) / LEASE_NAME
@@ -260,7 +260,8 @@ class LocalLeaseBackend(LeaseBackend):
     def _locked(self) -> Iterator[None]:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path.with_name("lease.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            # The store's directory itself is the lock: no lock file beside the checkpoints.
+            fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as e:
             raise StorageError(f"run lease {self.where}: cannot open its lock: {e}") from e
         try:
