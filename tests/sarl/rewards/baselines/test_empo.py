@@ -16,10 +16,17 @@ import pytest
 
 from sarl.rewards.base import Sample
 from sarl.rewards.baselines.empo import EMPOReward, semantic_clusters
+from sarl.rewards.math_answer import answers_equal
 from sarl.rewards.registry import RewardConfigError, create_reward, get_reward_class
 
 #: This module's behaviour before the reference became the default.
-OURS = {"unanswered": "excluded", "entropy_max_fraction_of_log_g": None}
+OURS = {
+    "extraction": "boxed_only",
+    "clustering": "values",
+    "gate_arithmetic": "exact",
+    "unanswered": "excluded",
+    "entropy_max_fraction_of_log_g": None,
+}
 
 
 def boxed(*answers: str | None) -> list[Sample]:
@@ -38,6 +45,10 @@ def test_registered_as_a_group_reward() -> None:
         ({"entropy_max_fraction_of_log_g": 0}, "entropy_max_fraction_of_log_g"),
         ({"entropy_max_fraction_of_log_g": 1.5}, "entropy_max_fraction_of_log_g"),
         ({"unanswered": "dropped"}, "unanswered"),
+        ({"extraction": "last_number"}, "extraction"),
+        ({"clustering": "embeddings"}, "clustering"),
+        ({"gate_arithmetic": "decimal"}, "gate_arithmetic"),
+        ({"timeout_seconds": 0}, "timeout_seconds"),
     ],
 )
 def test_bad_settings_name_the_field(settings: dict[str, object], field: str) -> None:
@@ -100,9 +111,13 @@ def test_all_distinct_is_gated_where_the_reference_misses_by_rounding(
     answers: list[str | None], reference_rewards: list[float]
 ) -> None:
     """At G = 3 and G = 7 (its math config) the reference's H for all-distinct answers is one ulp
-    below log G (1.0986122886681096 and 1.945910149055313), so its ``H < log G`` keeps the group;
-    the gate it means (as at G = 4, 5, 8 above) zeroes it, and so do we."""
-    out = create_reward("empo").score_groups([boxed(*answers)])[0]
+    below log G (1.0986122886681096 and 1.945910149055313), so its ``H < log G`` keeps the group,
+    and so does the default; ``gate_arithmetic: exact`` gives the gate it means (as at G = 4, 5,
+    8 above)."""
+    default = create_reward("empo").score_groups([boxed(*answers)])[0]
+    assert [o.score for o in default] == reference_rewards
+    assert {o.components["gated"] for o in default} == {0.0}
+    out = create_reward("empo", {"gate_arithmetic": "exact"}).score_groups([boxed(*answers)])[0]
     assert any(r > 0 for r in reference_rewards)
     assert [o.score for o in out] == [0.0] * len(answers)
     assert {o.components["gated"] for o in out} == {1.0}
@@ -137,7 +152,7 @@ def test_excluded_unanswered_without_the_log_g_gate(
     answers: list[str | None], frequencies: list[float], entropy: float, clusters: int
 ) -> None:
     """``unanswered: excluded`` and no log G gate: H over the answer clusters, never gated."""
-    result = semantic_clusters(answers, unanswered="excluded")
+    result = semantic_clusters(answers, answers_equal, "excluded", "exact")
     assert list(result.frequencies) == pytest.approx(frequencies)
     assert result.entropy == pytest.approx(entropy)
     assert result.num_clusters == clusters
