@@ -145,6 +145,7 @@ def test_small_file_matches_the_python_api(tmp_path: Path) -> None:
     assert (gt["prompts"], gt["mixed_prompts"]) == (3, 3)
     assert "only 3 prompts" in gt["warning"]
 
+
 def test_group_rewards_score_whole_groups(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "in.jsonl", SMALL)
     result = invoke("ttrl", "-i", path, "--resamples", "200", "--seed", "5", "--json")
