@@ -52,7 +52,7 @@ setup-peer: ## Optional: Infinity in .venv-peer, the peer `make bench` measures 
 	$(VENV_PEER)/bin/python -m pip uninstall -y -q datasets pyarrow
 setup: setup-main setup-verl ## Create .venv (and .venv-verl) and install every package editable
 
-demo: setup-main ## Local Study: ground truth vs structure reward, 2 seeds; report in out/demo/
+demo: setup-main ## Local Study: ground truth vs structure reward (TTRL, EMPO at weight 0), 2 seeds; report in out/demo/
 	$(VENV)/bin/sarl study run examples/studies/local-demo.yaml --local -j 2 --out out/demo
 
 study: setup-main ## The same Study with 3 seeds; report in out/study/
