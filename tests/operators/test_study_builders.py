@@ -152,7 +152,7 @@ def test_report_job_runs_sarl_study_report_into_the_parent_run() -> None:
     assert container["args"] == [
         "study",
         "report",
-        "sarl-math",
+        "$(MLFLOW_RUN_ID)",  # the parent run by id, never a Study name
         "--tracking-uri",
         "$(MLFLOW_TRACKING_URI)",
         "--out",
