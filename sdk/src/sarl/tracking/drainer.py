@@ -280,7 +280,8 @@ class Drainer:
             return
         self._last_report = now
         _LOG.warning(
-            "tracking: %s failing for %.0f s (%s); %d records spooled in %s, training goes on",
+            "tracking: %s not answering for %.0f s (%s); %d records spooled in %s, training "
+            "goes on",
             self._where,
             now - self._down_since,
             self.last_error,
