@@ -12,14 +12,25 @@ the scan let the body through; for invalid input the counts are merely estimates
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 _CHUNK = 256 * 1024
-_BACKSLASH = 0x5C
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 _OPEN_SQUARE, _OPEN_CURLY = ord("["), ord("{")
+# CPython stores a string with 1, 2 or 4 bytes a character, set by its widest character
+# (PEP 393): 32 MiB of ASCII with one emoji decodes to a 128 MiB str (measured, orjson 3.13).
+# In UTF-8, a lead byte 0xF0+ starts a character above U+FFFF (4 bytes each), and 0xC4-0xEF one
+# in U+0100-U+FFFF (2 bytes each; 0xC2/0xC3 stay within Latin-1, 1 byte). A ``\uD800``-``\uDBFF``
+# escape starts a surrogate pair (above U+FFFF); any other ``\u`` escape is counted as 2.
+_FOUR_BYTES = re.compile(rb"[\xf0-\xff]|\\u[dD][89abAB]")
+_TWO_BYTES = re.compile(rb"[\xc4-\xef]|\\u")
+# A chunk never ends within this many bytes after a backslash: a ``\uXXXX`` escape (6 bytes)
+# is seen whole, and a run of backslashes is never split (their pairing must see the run).
+_ESCAPE_SPAN = 6
+_CLEAN_SPAN = re.compile(rb"[^\\]{%d}" % _ESCAPE_SPAN)
 
 # Bytes per decoded object on CPython 3.11, 64-bit (sys.getsizeof, and tracemalloc around
 # orjson.loads of 200,000 copies of each shape): a container with its slot in the parent
@@ -55,6 +66,7 @@ class JsonShape:
     strings: int  # strings, keys included
     string_bytes: int  # bytes between the quotes, escapes included
     values: int  # every value and key: 1 + commas + colons + containers
+    widest: int = 1  # bytes a character of the widest string character found: 1, 2 or 4
 
     @property
     def scalars(self) -> int:
@@ -64,24 +76,35 @@ class JsonShape:
     @property
     def decode_bytes(self) -> int:
         """About the most memory ``orjson.loads`` takes for the document: its parse tree and
-        the Python objects (non-ASCII text may take up to 4 bytes a character; counted as 1)."""
+        the Python objects. Text is counted at the widest character's width found anywhere in
+        the document (an upper bound: the width is per string, but tracking it per string would
+        take a Python step per string)."""
         tree = self.size + _TREE_BYTES_PER_VALUE * self.values
         objects = (
             _CONTAINER_BYTES * self.containers
             + _ENTRY_BYTES * self.entries
             + _SCALAR_BYTES * self.scalars
             + _STRING_BYTES * self.strings
-            + self.string_bytes
+            + self.widest * self.string_bytes
         )
         return tree + objects
 
 
 def _chunk_end(raw: bytes | bytearray, start: int) -> int:
-    # Never split a run of backslashes: pairing them (below) must see the whole run.
-    end = min(len(raw), start + _CHUNK)
-    while end < len(raw) and raw[end - 1] == _BACKSLASH:
-        end += 1
-    return end
+    # See _ESCAPE_SPAN: no backslash among the chunk's last bytes.
+    end = start + _CHUNK
+    if end >= len(raw):
+        return len(raw)
+    clean = _CLEAN_SPAN.search(raw, end - _ESCAPE_SPAN)
+    return clean.end() if clean else len(raw)
+
+
+def _widest(chunk: bytes) -> int:
+    """Bytes a character of the widest character in ``chunk`` takes once decoded (1, 2, 4);
+    ``chunk`` has its escaped backslashes replaced already, so each ``\\u`` is an escape."""
+    if _FOUR_BYTES.search(chunk):
+        return 4
+    return 2 if _TWO_BYTES.search(chunk) else 1
 
 
 def scan(raw: bytes | bytearray, max_depth: int) -> JsonShape:
@@ -89,6 +112,7 @@ def scan(raw: bytes | bytearray, max_depth: int) -> JsonShape:
     ``max_depth``. Memory: a few times the chunk size, whatever ``raw`` holds."""
     in_string = False
     depth = deepest = containers = entries = strings = string_bytes = separators = 0
+    widest = 1
     start = 0
     while start < len(raw):
         end = _chunk_end(raw, start)
@@ -99,6 +123,8 @@ def scan(raw: bytes | bytearray, max_depth: int) -> JsonShape:
             # replacing those pairs is an escaped quote; neither ends a string. (Outside
             # strings a backslash is invalid JSON, which orjson refuses later.)
             chunk = chunk.replace(b"\\\\", b"__").replace(b'\\"', b"__")
+        if widest < 4 and (not chunk.isascii() or b"\\u" in chunk):
+            widest = max(widest, _widest(chunk))
         parts = chunk.split(b'"')
         quotes = len(parts) - 1
         # parts alternate outside/inside a string, starting with the state carried over.
@@ -126,4 +152,5 @@ def scan(raw: bytes | bytearray, max_depth: int) -> JsonShape:
         strings=strings,
         string_bytes=string_bytes,
         values=1 + separators + entries + containers,
+        widest=widest,
     )
