@@ -15,7 +15,9 @@ limited only by the file-descriptor limit). Hence, per connection:
 
 * **headers**: from the connection's start, or from the first byte of each further request, the
   headers must be complete within ``header_timeout_s`` — a deadline, not an idle timer, so a
-  client trickling a byte a second is closed too — and within 64 KiB (else 431). A connection
+  client trickling a byte a second is closed too — and within 64 KiB (else 431), counted
+  before a packet is parsed (headers complete in one packet are never dispatched) and again as
+  the parser reports a request line and headers (a request pipelined behind another). A connection
   idle between requests is still closed by uvicorn's keep-alive timer (KServe's 65 s).
 * **body**: from the end of the headers, the body must be complete within ``body_timeout_s``.
   The route then sees the client as gone (``http.disconnect``) and answers 408 (see
@@ -56,6 +58,10 @@ def _response(status: str, retry_after: bool = False) -> bytes:
 _TIMEOUT = _response("408 Request Timeout")
 _HEADERS_TOO_LARGE = _response("431 Request Header Fields Too Large")
 _OVER_CAP = _response("503 Service Unavailable", retry_after=True)
+
+
+class _HeadersTooLarge(Exception):
+    """Raised inside httptools' callbacks when parsed headers pass :data:`MAX_HEADER_BYTES`."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,8 @@ class _BoundedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
-        self._header_bytes = 0
+        self._header_bytes = self._parsed_bytes = 0
+        self._parsed_over = False
         self._awaiting_headers = True
         self._refused = len(self.connections) >= self.limits.max_connections
         if self._refused:  # not added to the server's connections; nothing is read
@@ -120,6 +127,12 @@ class _BoundedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
+        if self._body_timer is None and self._headers_over(data):
+            # Checked before parsing (in headers, or between requests: no body under way):
+            # headers complete within this packet would otherwise be parsed and the request
+            # dispatched before any count below could see them.
+            self._close(_HEADERS_TOO_LARGE, "headers over 64 KiB")
+            return
         super().data_received(data)
         # Counted here, not in on_header: httptools buffers a header's value until it is
         # complete, so an endless value would never reach on_header.
@@ -128,10 +141,40 @@ class _BoundedProtocol(HttpToolsProtocol):
             if self._header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
                 self._close(_HEADERS_TOO_LARGE, "headers over 64 KiB")
 
+    def _headers_over(self, data: bytes) -> bool:
+        """Whether this request's header bytes so far plus those of ``data`` (up to the blank
+        line that ends them, if it is in ``data``) pass :data:`MAX_HEADER_BYTES`."""
+        end = data.find(b"\r\n\r\n")
+        return self._header_bytes + (len(data) if end < 0 else end + 4) > MAX_HEADER_BYTES
+
+    def send_400_response(self, msg: str) -> None:
+        if self._parsed_over:  # raised by on_url/on_header below, not a malformed request
+            self._close(_HEADERS_TOO_LARGE, "headers over 64 KiB")
+            return
+        super().send_400_response(msg)
+
     # -- parser callbacks (called by httptools from inside data_received) ---------------------
+    # A request pipelined behind another in the same packet is parsed past the check in
+    # data_received, so the parsed request line and headers are counted too (with their
+    # separators: many tiny headers are as large as one big one). Raising from a callback
+    # makes httptools fail the packet; uvicorn then calls send_400_response, answered 431.
+    def _count_parsed(self, n: int) -> None:
+        self._parsed_bytes += n
+        if self._parsed_bytes > MAX_HEADER_BYTES:
+            self._parsed_over = True
+            raise _HeadersTooLarge
+
+    def on_url(self, url: bytes) -> None:
+        self._count_parsed(len(url) + 12)  # "GET " and " HTTP/1.1\r\n" at least
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_parsed(len(name) + len(value) + 4)  # ": " and "\r\n"
+        super().on_header(name, value)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._header_bytes = 0
+        self._header_bytes = self._parsed_bytes = 0
         self._awaiting_headers = True
         self._arm_header_timer()  # restarts the deadline at the first byte of this request
 
@@ -145,6 +188,7 @@ class _BoundedProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._cancel(self._body_timer)
         self._body_timer = None
+        self._header_bytes = 0  # the next packet starts the next request's headers
         super().on_message_complete()
 
     # -- deadlines ------------------------------------------------------------------------------
