@@ -15,6 +15,9 @@ what no person writes before it costs more than the limit allows, with a one-lin
   ("billion laughs") composes to a few dozen nodes that expand to 10^9 when anything walks them
   (validation, redaction), so the expanded size is counted while composing. An alias inside the
   node it names (a cycle) is refused too.
+* a key written twice in one mapping, an integer outside 64 bits and a float that is not
+  finite (:mod:`sarl.spec.scalars`), named by field path and line, before anything is
+  constructed; a document given as Python objects gets the same number checks.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from yaml.events import AliasEvent
 from yaml.nodes import Node
 from yaml.resolver import Resolver
 
+from sarl.spec.scalars import Loc, node_problem, value_problem
+
 MAX_SPEC_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 MAX_NODES = 10_000
@@ -44,6 +49,11 @@ except ImportError:  # PyYAML built without libyaml: the pure-Python reader and 
 
 class DocumentError(ValueError):
     """A spec document was refused before validation; the message is one line naming it."""
+
+
+class DocumentValueError(DocumentError):
+    """Valid YAML refused for what it holds (a duplicate key, a huge integer, a non-finite
+    float): quoting would not fix it."""
 
 
 class _LimitedLoader(Composer, SafeConstructor, Resolver):
@@ -154,7 +164,14 @@ def parse_yaml(text: str, label: str) -> Any:
         )
     loader = _Loader(text, label)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        found = node_problem(node, loader.construct_object)
+        if found is not None:
+            loc, line, problem = found
+            raise DocumentValueError(f"{label}: line {line}: {_where(loc)}{problem}")
+        return loader.construct_document(node)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark is not None else ""
@@ -168,16 +185,27 @@ def parse_yaml(text: str, label: str) -> Any:
 def check_tree(data: Any, label: str) -> None:
     """Refuse a document given as Python objects (the operator, :class:`sarl.Client`) past the
     same depth and node limits; shared or cyclic containers count each time they are reached."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
+    stack: list[tuple[Any, Loc]] = [(data, ())]
     nodes = 0
     while stack:
-        value, depth = stack.pop()
+        value, loc = stack.pop()
         nodes += 1
         if nodes > MAX_NODES:
             raise DocumentError(f"{label or 'document'}: more than {MAX_NODES:,} values")
-        if depth > MAX_DEPTH:
+        if len(loc) >= MAX_DEPTH:
             raise DocumentError(f"{label or 'document'}: nested deeper than {MAX_DEPTH} levels")
+        problem = value_problem(value)
+        if problem is not None:
+            raise DocumentValueError(f"{label or 'document'}: {_where(loc)}{problem}")
         if isinstance(value, Mapping):
-            stack.extend((v, depth + 1) for v in value.values())
+            stack.extend((v, (*loc, str(k))) for k, v in value.items())
         elif isinstance(value, list | tuple):
-            stack.extend((v, depth + 1) for v in value)
+            stack.extend((v, (*loc, i)) for i, v in enumerate(value))
+
+
+def _where(loc: Loc) -> str:
+    """``spec.reward[0].weight: `` for a field path (nothing for the document itself)."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return f"{out}: " if out else ""

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sarl.spec.documents import DocumentError, parse_yaml
+from sarl.spec.documents import DocumentError, DocumentValueError, parse_yaml
 from sarl.spec.experiment import Experiment
 from sarl.spec.loader import SpecError, load_document
 from sarl.spec.study import Study, is_study_document
@@ -102,6 +102,8 @@ def check_path(model: type[BaseModel], loc: Sequence[str | int], key: str) -> No
 def _value(raw: str, key: str) -> Any:
     try:
         return parse_yaml(raw, f"--set {key}")
+    except DocumentValueError as e:  # a duplicate key or a huge number: quoting is no fix
+        raise SpecError(str(e)) from e
     except DocumentError as e:
         raise SpecError(
             f"{e}; VALUE is YAML: quote text holding ': ', '{{' or '[' (\"...\")"
