@@ -54,3 +54,32 @@ def test_the_summary_is_the_run_results_rendering(monkeypatch: pytest.MonkeyPatc
         ["│", "reward/mean", "│", "0.25", "│"],
         ["│", "eval/heldout/avg_at_2", "│", "0.5", "│"],
     ]
+
+
+def test_records_mlflow_refused_make_the_run_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: a run whose tracking records MLflow refused for their content (or found
+    damaged) is not reported as a clean success: its summary, then one line naming where the
+    records are kept, and exit 3 (as `sarl tracking flush` does). The run itself is a stand-in
+    here; the refusals are produced by the real MLflow server in tests/sarl/tracking."""
+    import dataclasses
+
+    def fake_run_local(exp: Experiment, opts: LocalOptions | None = None) -> RunResult:
+        return dataclasses.replace(_result(exp.name), tracking_refused=2)
+
+    monkeypatch.setattr(sarl.runner.local, "run_local", fake_run_local)
+    result = CliRunner().invoke(app, ["run", str(EXAMPLE), "--local"])
+    assert result.exit_code == 3, result.output
+    assert (
+        f"error: MLflow's record of run {'a' * 32} is incomplete: 2 tracking records were "
+        f"refused by MLflow or damaged; they are kept in {SPOOL}" in result.stderr
+    )
+
+
+def test_refused_records_count_rejected_and_quarantined() -> None:
+    from types import SimpleNamespace
+
+    from sarl.runner.result import refused_records
+
+    assert refused_records(None) == 0
+    tracker = SimpleNamespace(rejected=2, quarantined=1)
+    assert refused_records(tracker) == 3  # type: ignore[arg-type]

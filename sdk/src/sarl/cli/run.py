@@ -1,7 +1,9 @@
 """``sarl run``, ``sarl validate``, ``sarl presets`` and ``sarl rewards``: Experiments from the
 command line. ``run --local`` trains here (see ``sarl.runner.local``); errors in the spec or in
 preflight print one line and exit 2; a failure during training exits 1; Ctrl-C, SIGTERM or SIGHUP
-exit 128 + the signal number; ``--resume`` of a finished run prints one line and exits 0.
+exit 128 + the signal number; ``--resume`` of a finished run prints one line and exits 0; a run
+whose tracking records MLflow refused (or found damaged) exits 3 after its summary, naming where
+they are kept.
 ``--set KEY=VALUE`` changes the document before validation (:mod:`sarl.spec.overrides`); a Study
 given to ``sarl run`` is refused naming ``sarl study run``.
 """
@@ -133,6 +135,14 @@ def run_command(
         )
         return
     _print_summary(result)
+    if result.tracking_refused:
+        typer.echo(
+            f"error: MLflow's record of run {result.run_id} is incomplete: "
+            f"{result.tracking_refused} tracking records were refused by MLflow or damaged; "
+            f"they are kept in {result.spool_dir} (rejected.jsonl, quarantine.jsonl; "
+            "docs/tracking-spool.md)",
+            err=True,
+        )
     if result.upload_pending:
         again = _again(experiment, sets, "--local", "--resume")
         typer.echo(
@@ -140,6 +150,8 @@ def run_command(
             f"kept at {result.upload_pending}: upload it with `{again}`",
             err=True,
         )
+    if result.tracking_refused:
+        raise typer.Exit(code=3)
 
 
 def _print_summary(result: RunResult) -> None:

@@ -20,6 +20,8 @@ from sarl.tracking.metrics import ACCURACY, ENTROPY, KL, RESPONSE_LENGTH, REWARD
 if TYPE_CHECKING:
     import pandas as pd
 
+    from sarl.tracking.tracker import Tracker
+
 #: Metrics a run's summary shows first, when it logged them; then every held-out metric.
 HEADLINE_METRICS = (
     REWARD_MEAN,
@@ -35,6 +37,12 @@ HEADLINE_METRICS = (
 _MAP_DIR = re.compile(r"^maps/step-(\d+)$")
 #: Where ``mlflow ui`` serves by default (the line a local run prints after "browse it").
 LOCAL_UI = "http://127.0.0.1:5000"
+
+
+def refused_records(tracker: Tracker | None) -> int:
+    """Records that will never reach MLflow as they are: refused for their content
+    (``rejected.jsonl``) or damaged in the spool (``quarantine.jsonl``)."""
+    return 0 if tracker is None else tracker.rejected + tracker.quarantined
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,9 @@ class RunResult(display.Rendered):
     # Tracking records MLflow had not taken when the run ended; ``sarl tracking flush`` sends them.
     spooled: int = 0
     spool_dir: str | None = None
+    # Tracking records MLflow refused for their content or found damaged: set aside in the
+    # spool (rejected.jsonl, quarantine.jsonl), never sent; the run's record is then incomplete.
+    tracking_refused: int = 0
     experiment_id: str | None = None  # the MLflow experiment holding the run
     # The final checkpoint the store refused (sarl.runner.saving): kept here for --resume.
     upload_pending: str | None = None

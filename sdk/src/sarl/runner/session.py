@@ -41,7 +41,7 @@ from sarl.runner.faults import RunFailed, close_failed, explain
 from sarl.runner.interrupt import signals_interrupt
 from sarl.runner.options import LocalOptions
 from sarl.runner.ownership import RunOwnership, tag_owner
-from sarl.runner.result import RunResult
+from sarl.runner.result import RunResult, refused_records
 from sarl.runner.resume import RunLookup, planned_steps
 from sarl.runner.rundir import RunDir, RunMarker
 from sarl.runner.tied_weights import quiet_tied_missing_keys
@@ -193,6 +193,7 @@ class LocalSession:
             name=self.exp.name,
             spooled=self.tracker.left,
             spool_dir=str(self.tracker.spool_dir),
+            tracking_refused=refused_records(self.tracker),
             upload_pending=self._ckpt_cb.pending.local if self._ckpt_cb.pending else None,
         )
 
@@ -234,6 +235,7 @@ class LocalSession:
             name=self.exp.name,
             spooled=0 if self.tracker is None else self.tracker.left,
             spool_dir=None if self.tracker is None else str(self.tracker.spool_dir),
+            tracking_refused=refused_records(self.tracker),
         )
 
     # -- building blocks -------------------------------------------------------------------
