@@ -9,6 +9,7 @@ embedding client reads ``error.message`` from exactly this shape.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -100,6 +101,27 @@ def not_ready(what: str) -> Unavailable:
     return Unavailable(f"{what} is still loading; retry shortly", kind="not_ready", retry_after_s=2)
 
 
+def shutting_down() -> Unavailable:
+    """503 for a request still running when the server's shutdown grace period ended."""
+    error = Unavailable(
+        "the server is shutting down and stopped this request; retry it (another replica, or "
+        "this one once restarted)",
+        kind="shutting_down",
+        retry_after_s=1,
+    )
+    error.headers["Connection"] = "close"
+    return error
+
+
+def _stopped_by_shutdown() -> bool:
+    """Whether the CancelledError being handled was the one cancellation of this request's
+    task, which only uvicorn's shutdown does (``uvicorn/server.py`` 0.54, ``Server.shutdown``:
+    tasks still running when ``timeout_graceful_shutdown`` ends are cancelled); undone here so
+    the route can still answer."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 1 and task.uncancel() == 0
+
+
 def to_service_error(exc: BaseException) -> ServiceError:
     """Map any exception to the HTTP error it means (the only such mapping in the services)."""
     if isinstance(exc, ServiceError):
@@ -152,6 +174,13 @@ def service_route(observe: Observer | None = None) -> type[APIRoute]:
                 kind: str | None = None
                 try:
                     response = await handler(request)
+                except asyncio.CancelledError:
+                    # Without this the cancellation reached uvicorn, which logged a traceback
+                    # and wrote a 500: a clean 503 + Retry-After tells the client to retry.
+                    if not _stopped_by_shutdown():
+                        raise
+                    stopped = shutting_down()
+                    kind, response = stopped.kind, error_response(stopped)
                 except Exception as e:
                     error = to_service_error(e)
                     if isinstance(error, ClientClosed):  # counted (499 / 408), never logged

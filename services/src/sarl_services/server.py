@@ -15,6 +15,10 @@ that is no longer ready makes liveness fail too (:func:`sarl_services.routes.liv
 Only the service's routes and a few of KServe's are answered (:mod:`sarl_services.routes`):
 KServe's model-repository (load/unload), inference and metadata routes are closed.
 
+On SIGTERM the server stops accepting connections and lets requests in flight finish for
+``grace_period`` (10 s); one still running then is answered 503 ``shutting_down`` with
+Retry-After (:func:`sarl_services.errors.shutting_down`), without a traceback.
+
 Connections are bounded by :mod:`sarl_services.connections` (header and body deadlines, a cap on
 open connections), whose protocol class replaces uvicorn's in KServe's REST server.
 """
