@@ -17,7 +17,6 @@ neither to uvicorn, and ``kserve/errors.py`` logs a ModelNotFound with its trace
 
 from __future__ import annotations
 
-import http.client
 import socket
 import time
 import uuid
@@ -135,39 +134,7 @@ def test_oversize_headers_get_431(service: ServiceProcess) -> None:
     assert _read_until_closed(sock).startswith(b"HTTP/1.1 431 ")
 
 
-def test_connections_over_the_cap_are_refused_with_503(service: ServiceProcess) -> None:
-    """Idle keep-alive connections (each served one request) fill the cap; one more is answered
-    503 and closed before it sends anything; once they are closed, connections are served again."""
-    host, port = service.url.removeprefix("http://").split(":")
-    held: list[http.client.HTTPConnection] = []
-    refused = 0
-    try:
-        for _ in range(MAX_CONNECTIONS + 3):
-            probe = _connect(service)
-            probe.settimeout(0.5)
-            try:
-                first = probe.recv(65536)  # an accepted connection sends nothing unasked
-            except TimeoutError:
-                probe.close()
-                conn = http.client.HTTPConnection(host, int(port), timeout=BOUND_S)
-                conn.request("GET", "/v2/health/live")
-                response = conn.getresponse()
-                response.read()
-                if response.status == 200:
-                    held.append(conn)
-                continue
-            probe.close()
-            assert first.startswith(b"HTTP/1.1 503 "), first
-            refused += 1
-        assert len(held) <= MAX_CONNECTIONS
-        assert refused >= 3
-    finally:
-        for conn in held:
-            conn.close()
-    deadline = time.monotonic() + BOUND_S
-    while service.status("/v2/health/live") != 200 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert service.status("/v2/health/live") == 200
+# The cap (idle connections yield to new ones, busy ones refuse them): test_keepalive.py.
 
 
 def test_client_leaving_mid_body_is_counted_499_without_traceback(

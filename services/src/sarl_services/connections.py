@@ -22,8 +22,10 @@ limited only by the file-descriptor limit). Hence, per connection:
 * **body**: from the end of the headers, the body must be complete within ``body_timeout_s``.
   The route then sees the client as gone (``http.disconnect``) and answers 408 (see
   :data:`sarl_services.errors.BODY_TIMED_OUT`), which is what the client reads.
-* **cap**: a connection beyond ``max_connections`` open ones gets 503 and is closed at once,
-  before anything is read or a task started.
+* **cap**: a connection beyond ``max_connections`` open ones first closes the one idle the
+  longest between requests; with none idle, it gets 503 and is closed at once, before anything
+  is read or a task started. At most one pipelined request is read ahead, and a response must
+  be read within ``write_timeout_s`` once the write buffer is full (:mod:`sarl_services.keepalive`).
 
 A slow client is thus held at most ``header_timeout_s + body_timeout_s`` (10 s + 20 s by
 default). Closed and refused connections are counted in one warning line per minute at most.
@@ -37,9 +39,8 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from sarl_services.errors import BODY_TIMED_OUT
+from sarl_services.keepalive import KeepAliveBounds
 
 _LOG = logging.getLogger(__name__)
 
@@ -71,10 +72,11 @@ class ConnectionLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 20.0
     max_connections: int = 1024
+    write_timeout_s: float = 20.0
 
     def __post_init__(self) -> None:
-        if not (self.header_timeout_s > 0 and self.body_timeout_s > 0):
-            raise ValueError("header and body timeouts must be positive")
+        if not (self.header_timeout_s > 0 and self.body_timeout_s > 0 and self.write_timeout_s > 0):
+            raise ValueError("header, body and write timeouts must be positive")
         if self.max_connections < 1:
             raise ValueError("max_connections must be at least 1")
 
@@ -98,7 +100,7 @@ class _Tally:
             self.logged_at = now
 
 
-class _BoundedProtocol(HttpToolsProtocol):
+class _BoundedProtocol(KeepAliveBounds):
     """uvicorn's httptools protocol with the deadlines and the cap of the module docstring."""
 
     limits: ClassVar[ConnectionLimits]
@@ -110,7 +112,8 @@ class _BoundedProtocol(HttpToolsProtocol):
         self._header_bytes = self._parsed_bytes = 0
         self._parsed_over = False
         self._awaiting_headers = True
-        self._refused = len(self.connections) >= self.limits.max_connections
+        at_cap = len(self.connections) >= self.limits.max_connections
+        self._refused = at_cap and not self.make_room()
         if self._refused:  # not added to the server's connections; nothing is read
             self.transport = transport
             transport.write(_OVER_CAP)
@@ -236,4 +239,8 @@ class _BoundedProtocol(HttpToolsProtocol):
 
 def http_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
     """The uvicorn HTTP protocol class (``uvicorn.Config.http``) that enforces ``limits``."""
-    return type("SarlHttpProtocol", (_BoundedProtocol,), {"limits": limits, "tally": _Tally()})
+    return type(
+        "SarlHttpProtocol",
+        (_BoundedProtocol,),
+        {"limits": limits, "tally": _Tally(), "write_timeout_s": limits.write_timeout_s},
+    )
