@@ -34,6 +34,7 @@ import functools
 import os
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -247,16 +248,36 @@ async def validate_images(body: kopf.Body, **kwargs: Any) -> None:
 
     Async on purpose: kopf runs sync handlers in its thread pool, where the operator's own sync
     handlers may all be waiting on API calls that this webhook must answer (a Study creating its
-    Experiments); the check is quick and never blocks, so it runs on the event loop."""
+    Experiments). The check itself runs in a pool of its own (:func:`_check_pool`), off the
+    event loop: a large spec costs CPU time linear in its size (the secret rules included), and
+    meanwhile the loop keeps serving other requests, probes and the operator's watches."""
     operation, old = kwargs.get("operation"), kwargs.get("old")
     if operation not in ("CREATE", "UPDATE"):
         return
-    try:
-        refused = refusal(body, operation, old, os.environ)
-    except BaseException as e:  # any: the webhook answers for every team (STOPS pass)
-        refused = str(as_spec_error(e))
+    loop = asyncio.get_running_loop()
+    refused = await loop.run_in_executor(
+        _check_pool(), _refusal_message, body, operation, old, dict(os.environ)
+    )
     if refused:
         raise kopf.AdmissionError(refused, code=DENIED_CODE)
+
+
+@functools.cache
+def _check_pool() -> ThreadPoolExecutor:
+    """The webhook's own threads: not kopf's pool (see :func:`validate_images`), and bounded,
+    so concurrent large requests queue instead of taking every CPU."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="sarl-webhook")
+
+
+def _refusal_message(
+    body: Mapping[str, Any], operation: str, old: Mapping[str, Any] | None, env: Mapping[str, str]
+) -> str | None:
+    """:func:`refusal`, with whatever checking raises turned into a refusal, never the
+    operator's end (STOPS pass)."""
+    try:
+        return refusal(body, operation, old, env)
+    except BaseException as e:  # any: the webhook answers for every team
+        return str(as_spec_error(e))
 
 
 def refusal(

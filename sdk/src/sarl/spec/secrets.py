@@ -64,9 +64,11 @@ either).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+from sarl.spec.secret_scan import assignments, userinfo_spans
 
 #: What a redacted value (or a URL's userinfo) is replaced with.
 REDACTED: Final = "***"
@@ -79,18 +81,6 @@ _USERINFO_HINT: Final = (
     "remove 'user:password@' and pass credentials as environment variables "
     "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD) "
     "or, on a cluster, a Kubernetes Secret (spec.storage.credentials_secret)"
-)
-
-# RFC 3986: authority = [ userinfo "@" ] host. A raw '@' in a password is invalid but common:
-# the userinfo runs to the authority's last '@' so that no part of the password is left over.
-_USERINFO: Final = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/?#\s]+@")
-# Scheme-less authorities that clients still read as credentials: ``user:password@host[:port]``
-# (MLflow and boto accept a bare host) and network-path references ``//user[:password]@host``.
-# ``user@host`` without ``//`` and without ':' is an e-mail address or ``git@host``: allowed.
-_BARE_USERINFO: Final = re.compile(
-    r"(?:(?<![A-Za-z0-9+.\-:/])//[^/?#\s]+@"
-    r"|(?<![A-Za-z0-9._~%+:/@\-])[A-Za-z0-9._~%+\-]+:[^/?#\s]*@)"
-    r"(?=[A-Za-z0-9\[])"
 )
 
 
@@ -190,26 +180,19 @@ _LITERAL: Final = "a literal value under a secret-named key"
 _NESTED: Final = "a mapping under a secret-named key (only a reference such as {secret_name, key})"
 _ASSIGNED: Final = "a value given to a secret-named flag or setting inside a string"
 # ``--api-key=v``, ``--api-key v`` (a flag's value) and ``password=v``, ``X-Api-Key: v``,
-# ``?access_token=v`` (an assignment inside a string): credentials when the name is secret-named
-# (:func:`is_secret_key`). ``lead`` is kept when redacting, ``value`` replaced. An assignment's
-# name has no '.': ``spec.tracking.tags.token: holds ...`` is an error message, not a token.
-# Both are lookaheads, so matches may overlap: ``https://h/cb?access_token=v`` holds the
-# assignment ``https: //h/cb?access_token=v`` and, inside its value, ``access_token=v``.
-_FLAG_VALUE: Final = re.compile(
-    r"(?=(?<![\w\-])(?P<lead>--?(?P<name>[A-Za-z][\w.\-]*)(?:=|\s+))(?P<value>[^\s'\"]+))"
-)
-_ASSIGNMENT: Final = re.compile(
-    r"(?=(?<![\w.\-])(?P<lead>(?P<name>[A-Za-z][\w\-]*)\s*[=:]\s*)"
-    r"(?P<value>(?:(?:basic|bearer|token|digest)\s+)?[^\s,;'\"&]+))",
-    re.IGNORECASE,
-)
+# ``?access_token=v`` (an assignment inside a string) are credentials when the name is
+# secret-named (:func:`is_secret_key`); :func:`~sarl.spec.secret_scan.assignments` finds them.
+# A value longer than this is never a ``$VAR`` reference or vocabulary: judged without a copy.
+_PLAIN_VALUE_MAX: Final = 256
 #: A list item that is a flag alone (``["--api-key", "<value>"]``): the next item is its value.
 _FLAG_ALONE: Final = re.compile(r"^--?(?P<name>[A-Za-z][\w.\-]*)$")
 
 
 def _normalise_key(key: str) -> str:
     """``apiKey``, ``APIKey``, ``API-Key``, ``tags.api.key`` -> ``api_key``-style snake case."""
-    snake = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", key)
+    # A lookaround, not ``([A-Z]+)([A-Z][a-z])``: that rescans a run of capitals from each of
+    # its letters (quadratic in a long upper-case key).
+    snake = re.sub(r"(?<=[A-Z])(?=[A-Z][a-z])", "_", key)
     snake = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", snake)
     return re.sub(r"[^A-Za-z0-9]+", "_", snake).strip("_").lower()
 
@@ -239,16 +222,30 @@ def _is_plain_value(value: str) -> bool:
     return not value.strip() or bool(_REFERENCE.match(value) or _VOCAB_VALUE.match(value))
 
 
-def _assigned_secrets(text: str) -> list[re.Match[str]]:
-    """The ``--secret-flag=value`` and ``secret_name=value`` assignments inside ``text``."""
-    found = []
-    for pattern in (_FLAG_VALUE, _ASSIGNMENT):
-        for m in pattern.finditer(text):
-            value = m["value"]
-            named = is_secret_key(m["name"]) and not value.startswith("-") and len(value) >= 4
-            if named and not _is_plain_value(value) and value != REDACTED:
-                found.append(m)
-    return found
+def _assigned_secrets(text: str) -> Iterator[tuple[int, int]]:
+    """The (start, end) of the values of ``--secret-flag=value`` and ``secret_name=value``
+    assignments inside ``text``, in linear time (no value is copied but short ones)."""
+    for name, start, end in assignments(text):
+        if end - start < 4 or text[start] == "-" or not is_secret_key(name):
+            continue
+        if end - start > _PLAIN_VALUE_MAX:
+            yield start, end
+            continue
+        value = text[start:end]
+        if not _is_plain_value(value) and value != REDACTED:
+            yield start, end
+
+
+def _has_userinfo(text: str) -> bool:
+    return next(userinfo_spans(text), None) is not None
+
+
+def _redact_userinfo(text: str) -> str:
+    out, done = [], 0
+    for start, end, prefix in userinfo_spans(text):
+        out += [text[done:start], prefix, REDACTED, "@"]
+        done = end
+    return "".join([*out, text[done:]])
 
 
 def secret_kind(value: Any, key: str = "") -> str | None:
@@ -259,12 +256,12 @@ def secret_kind(value: Any, key: str = "") -> str | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, str):
-        if _USERINFO.search(value) or _BARE_USERINFO.search(value):
+        if _has_userinfo(value):
             return "a URL with credentials (user:password@)"
         for rule in _TOKEN_RULES:
             if rule.matches(value):
                 return rule.kind
-        if _assigned_secrets(value):
+        if next(_assigned_secrets(value), None) is not None:
             return _ASSIGNED
         return _LITERAL if is_secret_key(key) and not _is_plain_value(value) else None
     if isinstance(value, Mapping | list | tuple):  # containers: see find_secret
@@ -371,19 +368,20 @@ def refuse_secrets(data: Any) -> None:
 def redact_text(text: str) -> str:
     """``text`` with URL userinfo and token-shaped credentials replaced by ``***`` (rules 1, 2;
     a key's literal is only known in a structure: see :func:`redact`)."""
-    text = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
-    text = _BARE_USERINFO.sub(lambda m: f"{'//' if m[0].startswith('//') else ''}{REDACTED}@", text)
+    text = _redact_userinfo(text)
     for rule in _TOKEN_RULES:
         text = rule.redact(text)
     spans: list[tuple[int, int]] = []  # the values' spans, overlapping ones merged
-    for start, end in sorted((m.start("value"), m.end("value")) for m in _assigned_secrets(text)):
+    for start, end in sorted(_assigned_secrets(text)):
         if spans and start <= spans[-1][1]:
             spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
         else:
             spans.append((start, end))
-    for start, end in reversed(spans):
-        text = text[:start] + REDACTED + text[end:]
-    return text
+    out, done = [], 0  # one join: replacing span by span copied the text per span
+    for start, end in spans:
+        out += [text[done:start], REDACTED]
+        done = end
+    return "".join([*out, text[done:]])
 
 
 _SHOWABLE: Final = re.compile(r"^[A-Za-z0-9_.\-/ ]{0,40}$")
