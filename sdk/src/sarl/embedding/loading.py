@@ -109,7 +109,8 @@ def _cached_onnx_encoder(
     """The ONNX encoder built from a complete cache entry alone (its file, the tokenizer the
     export saved and the pooling and length it recorded), or None to load the model: no
     sentence-transformers import, no torch model built (:mod:`sarl.embedding.onnx_export`).
-    An entry that does not load (damaged by hand) is logged and left to the full path."""
+    An entry whose files do not hash to its record is not a hit (the full path exports it
+    again); one that does not load (damaged by hand) is logged and left to the full path."""
     hit = cached_export(model_path, cache_dir=cache_dir)
     if hit is None:
         return None
