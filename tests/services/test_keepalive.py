@@ -15,9 +15,11 @@ counted against the cap (1,024 connections refreshed every 55 s: every other cli
 from __future__ import annotations
 
 import http.client
+import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +169,33 @@ def test_busy_connections_at_the_cap_refuse_new_ones(service: ServiceProcess) ->
     while service.status("/v2/health/live") != 200 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _health(service) == 200
+
+
+@pytest.mark.slow
+def test_response_never_read_is_dropped_at_the_write_deadline(tmp_path: Path) -> None:
+    """A client that asks for a ~15 MB answer (2,048 embeddings) with a 4 KiB receive window
+    and never reads: once the server's write buffer is full, the connection is dropped within
+    ``--write-timeout-s`` (1 s here; the wait bound is generous) and the buffer freed, so
+    reading afterwards gets less than the answer; before, it was held forever."""
+    args = ["--write-timeout-s", "1", "--max-inputs", "2048"]
+    with running_service("embedding", args, log_dir=tmp_path) as service:
+        body = json.dumps({"model": service.name, "input": ["a b c"] * 2048}).encode()
+        request = (
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+        sock.settimeout(BOUND_S)
+        sock.connect(_address(service))
+        sock.sendall(request)
+        deadline = time.monotonic() + 3 * BOUND_S
+        while "response not read in time" not in service.log_path.read_text(errors="replace"):
+            assert time.monotonic() < deadline, "the unread response was never dropped"
+            time.sleep(0.2)
+        received = _read_until_closed(sock)
+    head, _, content = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    declared = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    assert declared > 8 * MiB
+    assert len(content) < declared

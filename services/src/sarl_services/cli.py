@@ -61,6 +61,15 @@ MaxConnectionsOpt = Annotated[
         help="Open client connections; a connection beyond them gets 503 and is closed.",
     ),
 ]
+WriteTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--write-timeout-s",
+        min=0.001,
+        help="Seconds a client has to read a response once the server's write buffer for it is "
+        "full; then the connection is dropped.",
+    ),
+]
 LoadDelayOpt = Annotated[
     float, typer.Option("--load-delay", min=0.0, hidden=True, help="Seconds before load() (tests).")
 ]
@@ -178,6 +187,14 @@ MaxVerifyOpt = Annotated[
         "timeout_seconds / workers); more get 413.",
     ),
 ]
+MaxGroupOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-group-size",
+        min=1,
+        help="Group rewards (ttrl, empo, tag_lcs): most items per group; more get 413.",
+    ),
+]
 RewardNameOpt = Annotated[
     str, typer.Option("--name", help="KServe model name (readiness: GET /v1/models/<name>).")
 ]
@@ -209,6 +226,7 @@ def embedding_command(
     header_timeout_s: HeaderTimeoutOpt = 10.0,
     body_timeout_s: BodyTimeoutOpt = 20.0,
     max_connections: MaxConnectionsOpt = 1024,
+    write_timeout_s: WriteTimeoutOpt = 20.0,
     load_delay: LoadDelayOpt = 0.0,
 ) -> None:
     """Serve POST /v1/embeddings (and /openai/v1/embeddings) for a sentence-transformers model."""
@@ -251,7 +269,9 @@ def embedding_command(
             return
     except (ValueError, EmbeddingError) as e:
         raise _fail(str(e).replace("embedder.model", "--model")) from e
-    connections = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)
+    connections = ConnectionLimits(
+        header_timeout_s, body_timeout_s, max_connections, write_timeout_s
+    )
     serve_embedding(
         embedding_model,
         host=host,
@@ -277,9 +297,11 @@ def reward_command(
     max_body_bytes: MaxBodyOpt = 32 * 2**20,
     max_items: MaxItemsOpt = 1024,
     max_verify_s: MaxVerifyOpt = 60.0,
+    max_group_size: MaxGroupOpt = 256,
     header_timeout_s: HeaderTimeoutOpt = 10.0,
     body_timeout_s: BodyTimeoutOpt = 20.0,
     max_connections: MaxConnectionsOpt = 1024,
+    write_timeout_s: WriteTimeoutOpt = 20.0,
     name: RewardNameOpt = "sarl-reward",
     load_delay: LoadDelayOpt = 0.0,
     reward_settings: Annotated[
@@ -330,6 +352,7 @@ def reward_command(
             max_body_bytes=max_body_bytes,
             max_items=max_items,
             max_verify_s=max_verify_s,
+            max_group_size=max_group_size,
             reward_defaults=_reward_defaults(reward_settings or []),
             request_settings=RequestSettingsPolicy().with_maxima(_max_settings(max_settings or [])),
         )
@@ -337,7 +360,9 @@ def reward_command(
         make_embedder(settings.embedder)
     except (ValueError, ValidationError, RuntimeError) as e:
         raise _fail(str(e).replace("embedder.model", "--embedding-model")) from e
-    connections = ConnectionLimits(header_timeout_s, body_timeout_s, max_connections)
+    connections = ConnectionLimits(
+        header_timeout_s, body_timeout_s, max_connections, write_timeout_s
+    )
     serve_reward(
         settings,
         host=host,
