@@ -89,9 +89,11 @@ def test_left_requests_are_killed_and_cheap_ones_refused_at_once(
     service: ServiceProcess,
 ) -> None:
     """A hostile item at timeout 10 s: unmeasured, it is expected to take its timeout, more
-    than admission plans for, so it runs alone; a ``ground_truth`` request sent while it runs
-    is refused with 503 + Retry-After at once (before: admitted with no expected work, and it
-    waited behind four such requests for 58 s). When the hostile request's client leaves, its
+    than admission plans for, so it runs alone in the expensive lane; another math-verify
+    request sent while it runs is refused with 503 + Retry-After at once (before: admitted with
+    no expected work, and it waited behind four such requests for 58 s), while a
+    ``ground_truth`` request, in the cheap lane, is scored (issue 38: before, it was refused
+    too). When the hostile request's client leaves, its
     worker is killed; without that, the worker's timer would stop the comparison after 10 s
     and the worker would live on (before: it ran for 70 s)."""
     body = json.dumps({"requests": [HOSTILE], "settings": {"timeout_seconds": 10}}).encode()
@@ -101,6 +103,7 @@ def test_left_requests_are_killed_and_cheap_ones_refused_at_once(
     client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
     assert wait_for(lambda: len(workers(service)) == 2)  # the comparison's worker and a spare
     started = workers(service)
+    behind = httpx.post(service.url + URL, json={"requests": [NORMAL]}, timeout=30.0)
     cheap = httpx.post(
         service.url + "/v1/rewards/ground_truth",
         json={"requests": [NORMAL]},
@@ -109,8 +112,9 @@ def test_left_requests_are_killed_and_cheap_ones_refused_at_once(
     client.setblocking(False)
     with pytest.raises(BlockingIOError):
         client.recv(1)  # the hostile request is still running: no answer yet
-    assert cheap.status_code == 503 and int(cheap.headers["Retry-After"]) >= 1
-    assert cheap.json()["error"]["type"] == "overloaded"
+    assert behind.status_code == 503 and int(behind.headers["Retry-After"]) >= 1
+    assert behind.json()["error"]["type"] == "overloaded"
+    assert cheap.status_code == 200
     client.close()  # the client leaves
     assert wait_for(lambda: not started <= workers(service))  # one of them was killed
     assert wait_for(lambda: len(workers(service)) == 2)  # a new spare took its place

@@ -28,12 +28,16 @@ first come first served): a structure request's work is its distinct step texts,
 embedding them dominates its cost; the rate is measured over whole admitted requests (texts
 completed per second with any of them under way: embedding service and its queue, clustering
 and all included); a request whose expected completion passes ``--deadline-s`` gets 503
-``overloaded`` with Retry-After. Every other reward is admitted by expected time, on a queue
-of its own in seconds (:mod:`sarl_services.item_costs`: measured seconds per item of each
-reward, bounded for ``ground_truth_math_verify`` by its ``timeout_seconds``); a math-verify
-request whose worst case (items × ``timeout_seconds`` / workers) passes ``--max-verify-s`` is
-refused up front with 413, asking the client to split it. (2) the count
-limit (:mod:`sarl_services.limits`): ``--max-concurrency`` scored at once, ``--max-queue`` waiting.
+``overloaded`` with Retry-After. Every other reward is admitted by expected time, in seconds,
+on one of two queues of its own — cheap rewards (``ground_truth``, ...) and expensive ones
+(verifiers, judges, group rewards), so the second cannot starve the first
+(:mod:`sarl_services.item_costs`: measured seconds per item of each reward, bounded for
+``ground_truth_math_verify`` by its ``timeout_seconds``, groups costed by their size); a
+math-verify request whose worst case (items × ``timeout_seconds`` / workers) passes
+``--max-verify-s``, or a group reward's group over ``--max-group-size`` items, is refused up
+front with 413, asking the client to split it. (2) the count limit
+(:mod:`sarl_services.limits`), for structure and for each lane apart: ``--max-concurrency``
+scored at once, ``--max-queue`` waiting.
 Shed requests are counted in ``sarl_reward_shed_total{reward, reason}``.
 """
 
@@ -50,14 +54,21 @@ from pydantic import BaseModel
 
 from sarl.embedding.base import Embedder
 from sarl.embedding.factory import EmbedderConfig, make_embedder
-from sarl.rewards.registry import reward_names
+from sarl.rewards.registry import get_reward_class, reward_names
 from sarl.rewards.structure.config import StructureRewardConfig
 from sarl_services.admission import Admission, BusyMeter, Overloaded, RateEstimator
 from sarl_services.body import BodyReader
 from sarl_services.connections import ConnectionLimits
 from sarl_services.disconnect import unless_disconnected
 from sarl_services.errors import BadRequest, NotFound, PayloadTooLarge, not_ready, service_route
-from sarl_services.item_costs import ItemCosts, worst_item_s
+from sarl_services.item_costs import (
+    ItemCosts,
+    Lane,
+    group_sizes,
+    lane,
+    work_units,
+    worst_item_s,
+)
 from sarl_services.limits import ConcurrencyLimiter
 from sarl_services.metrics import RewardMetrics
 from sarl_services.request_settings import (
@@ -91,6 +102,7 @@ class RewardServiceSettings:
     max_body_bytes: int = 32 * 2**20
     max_items: int = 1024  # items per request; beyond: 413
     max_verify_s: float = 60.0  # a math-verify request's worst case (items x timeout); beyond: 413
+    max_group_size: int = 256  # items per group of a group reward (TTRL, EMPO); beyond: 413
     # Deployment-time settings per reward (``--reward-settings NAME=FILE``), e.g. the judge
     # endpoint of structured_qa; a request's settings go on top, within ``request_settings``.
     reward_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -98,7 +110,7 @@ class RewardServiceSettings:
     request_settings: RequestSettingsPolicy = field(default_factory=RequestSettingsPolicy)
 
     def __post_init__(self) -> None:
-        for option in ("max_concurrency", "max_body_bytes", "max_items"):
+        for option in ("max_concurrency", "max_body_bytes", "max_items", "max_group_size"):
             value = getattr(self, option)
             if value < 1:
                 raise ValueError(f"--{option.replace('_', '-')}: must be >= 1, got {value}")
@@ -169,10 +181,15 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
         # its queue, clustering), not the embedder alone.
         self._busy = BusyMeter(self.admission.rate)
         # Sample rewards: work in expected seconds, so the rate is 1 (never observed); the
-        # per-reward measurements are in the cost model.
-        self.timed_admission = Admission(
-            settings.deadline_s, RateEstimator(1.0), fair=False, unit="s"
-        )
+        # per-reward measurements are in the cost model. One queue and one set of slots per
+        # lane (item_costs.lane): expensive rewards cannot hold a cheap one up.
+        self.sample_lanes: dict[Lane, tuple[Admission, ConcurrencyLimiter]] = {
+            key: (
+                Admission(settings.deadline_s, RateEstimator(1.0), fair=False, unit="s"),
+                ConcurrencyLimiter(settings.max_concurrency, settings.max_queue),
+            )
+            for key in ("cheap", "expensive")
+        }
         self.costs = ItemCosts()
         self.limiter = ConcurrencyLimiter(settings.max_concurrency, settings.max_queue)
 
@@ -233,19 +250,35 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
                 "split the request or lower settings.timeout_seconds",
                 param="requests",
             )
-        self.limiter.ensure_room()
-        ticket = self.timed_admission.admit(self.costs.expected_s(name, settings, len(items)))
+        units: float = len(items)
+        if get_reward_class(name).needs_group:
+            sizes = group_sizes(items)
+            self._check_groups(max(sizes, default=0))
+            units = work_units(sizes)
+        admission, limiter = self.sample_lanes[lane(name)]
+        limiter.ensure_room()
+        ticket = admission.admit(self.costs.expected_s(name, settings, units))
         meter = self.costs.meter(name)
         meter.begin()
-        done: int | None = None
+        done: float | None = None
         try:
-            async with self.limiter.slot():
+            async with limiter.slot():
                 results = await score_generic(name, items, settings)
-            done = len(items)
+            done = units
             return results
         finally:
             meter.end(done)
-            self.timed_admission.release(ticket)
+            admission.release(ticket)
+
+    def _check_groups(self, largest: int) -> None:
+        """413 for a group over ``--max-group-size`` (see :mod:`sarl_services.item_costs`)."""
+        if largest > self.settings.max_group_size:
+            raise PayloadTooLarge(
+                f"requests: a group of {largest} items; the limit is "
+                f"{self.settings.max_group_size} items per group (--max-group-size), since a "
+                "group reward's work grows with the square of its group; split the group",
+                param="requests",
+            )
 
 
 def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:
@@ -303,9 +336,10 @@ def serve_reward(
 
     metrics = RewardMetrics.create()
     model = RewardModel(settings, metrics)
-    limiter, admission = model.limiter, model.admission
-    metrics.in_flight.set_function(lambda: limiter.running)
-    metrics.queued.set_function(lambda: limiter.waiting)
+    limiters = [model.limiter, *(limiter for _, limiter in model.sample_lanes.values())]
+    admission = model.admission
+    metrics.in_flight.set_function(lambda: sum(limiter.running for limiter in limiters))
+    metrics.queued.set_function(lambda: sum(limiter.waiting for limiter in limiters))
     metrics.queued_texts.set_function(lambda: admission.queued_work)
     metrics.expected_wait.set_function(admission.drain_s)
     metrics.rate.set_function(lambda: admission.rate.per_s)

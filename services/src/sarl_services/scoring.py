@@ -22,7 +22,8 @@ arrive validated (:mod:`sarl_services.request_settings`). Two paths:
 CPU work runs on worker threads in chunks (``_CHUNK_SAMPLES`` items parsed, about
 ``_CHUNK_STEPS`` steps clustered, or ``_CHUNK_SAMPLES`` samples scored per call): when the
 request is cancelled because its client has gone (:mod:`sarl_services.disconnect`), the chunk
-running finishes and no other starts.
+running finishes and no other starts; a sample reward's request ends only once its chunk has
+(:func:`_to_the_end`), so its slot is not handed on while its CPU is still in use.
 """
 
 from __future__ import annotations
@@ -228,6 +229,20 @@ def _group_chunks(groups: list[list[Sample]]) -> Iterator[list[list[Sample]]]:
         yield chunk
 
 
+async def _to_the_end(reward: Reward, chunk: list[list[Sample]]) -> list[list[ItemResult | str]]:
+    """Score ``chunk`` on a worker thread. Cancelled (the client left, the server stops), the
+    reward is closed at once (its verifier workers stop: :meth:`Reward.close`) and the thread
+    awaited before the cancellation goes on: the request's slot and admission ticket stay held
+    while its CPU work still runs (before: freed at once, 30 CPU-seconds burning behind them)."""
+    work = asyncio.ensure_future(asyncio.to_thread(_score_groups, reward, chunk))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        reward.close()
+        await asyncio.wait({work})
+        raise
+
+
 async def score_generic(name: str, items: list[Any], settings: BaseModel) -> list[ItemResult]:
     """Score items as samples with the registered reward ``name`` and validated ``settings``.
 
@@ -248,7 +263,7 @@ async def score_generic(name: str, items: list[Any], settings: BaseModel) -> lis
     scored: list[list[ItemResult | str]] = []
     try:
         for chunk in _group_chunks([[s for _, s in group] for group in members]):
-            scored += await asyncio.to_thread(_score_groups, reward, chunk)
+            scored += await _to_the_end(reward, chunk)
     finally:
         reward.close()
     for group, outs in zip(members, scored, strict=True):
