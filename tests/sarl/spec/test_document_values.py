@@ -124,3 +124,18 @@ def test_set_values_are_refused_in_one_line(key: str, value: str, words: str) ->
 def test_documents_given_as_objects_are_refused_naming_the_field(value: Any, words: str) -> None:
     doc = {"kind": "Experiment", "metadata": {"name": "t"}, "spec": {"reward": [{"weight": value}]}}
     assert one_line(doc).startswith(f"document: spec.reward[0].weight: {words}")
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("correct_score", "'1e999'"), ("wrong_score", "'-inf'"), ("missing_answer_score", "'nan'")],
+)
+def test_reward_settings_read_as_non_finite_are_refused(setting: str, value: str) -> None:
+    """A reward's Settings model is not a spec model: pydantic read these strings as inf/nan."""
+    text = (
+        "kind: Experiment\nmetadata: {name: t}\nspec:\n  preset: local-grpo-arithmetic\n"
+        f"  reward:\n    - name: ground_truth\n      settings: {{{setting}: {value}}}\n"
+    )
+    message = one_line(text)
+    assert message.startswith(f"spec.reward[0].settings.{setting}="), message
+    assert "not a finite number" in message, message

@@ -10,6 +10,7 @@ imported in the user's own process, never in a validation for a cluster
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -166,7 +167,7 @@ def parse_settings(name: str, settings: Mapping[str, Any] | BaseModel | None) ->
         return settings
     raw = settings.model_dump() if isinstance(settings, BaseModel) else dict(settings or {})
     try:
-        return cls.Settings.model_validate(raw)
+        parsed = cls.Settings.model_validate(raw)
     except ValidationError as e:
         # Imported here: sarl.spec imports this module. The value may be a credential (a URL
         # with user:password@, a token): redacted, shown only when it is a number or a short
@@ -188,6 +189,38 @@ def parse_settings(name: str, settings: Mapping[str, Any] | BaseModel | None) ->
             value=NO_VALUE if unknown else first.get("input"),
             detail=redact_text(msg),
         ) from e
+    found = _non_finite(parsed.model_dump())
+    if found is not None:  # pydantic reads the string "1e999" as inf (issue 38 item 9)
+        where, number = found
+        detail = "not a finite number; write a finite value"
+        raise RewardConfigError(
+            f"reward {name!r}: setting {'.'.join(map(str, where))!r}={number}: {detail}",
+            field=("settings", *where),
+            value=number,
+            detail=detail,
+        )
+    return parsed
+
+
+def _non_finite(
+    value: Any, loc: tuple[str | int, ...] = ()
+) -> tuple[tuple[str | int, ...], float] | None:
+    """The path and value of the first float in ``value`` (a settings model's dump) that is
+    inf or nan: no reward setting means one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return loc, value
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list | tuple)
+        else ()
+    )
+    for key, item in items:
+        found = _non_finite(item, (*loc, key))
+        if found is not None:
+            return found
+    return None
 
 
 def create_reward(name: str, settings: Mapping[str, Any] | BaseModel | None = None) -> Reward:
