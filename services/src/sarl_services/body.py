@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 from fastapi import Request
 
-from sarl_services.errors import BadRequest, PayloadTooLarge
+from sarl_services.errors import BadRequest, PayloadTooLarge, ServiceError
 from sarl_services.json_scan import JsonShape, TooDeep, scan
 from sarl_services.limits import BodyBudget
 
@@ -80,6 +80,28 @@ class BodyReader:
         """The body as a JSON object: 413 over the byte limit or the decoded-size limit, 400
         unless valid JSON, an object, and at most :data:`MAX_DEPTH` deep; 503 while the
         budget for bodies in flight is spent."""
+        try:
+            raw = await self._read(request)
+        except ServiceError as e:
+            # Refused before the body was read whole (413 from Content-Length or the bytes read,
+            # 503 for the budget): closing the connection keeps uvicorn from reading the rest
+            # only to drop it, as it does to keep a connection alive (uvicorn 0.54,
+            # httptools_impl.py: on_body after response_complete).
+            e.headers["Connection"] = "close"
+            raise
+        held = len(raw)
+        try:
+            shape = await self._scan(raw)
+            await self.budget.acquire(shape.decode_bytes)
+            held += shape.decode_bytes
+            return await _decode(raw)
+        finally:
+            if held:
+                self.budget.release(held)
+
+    async def _read(self, request: Request) -> bytearray:
+        """The body's bytes, reserved in the budget before they are read (held on return; given
+        back here on failure)."""
         held = 0
         try:
             declared = _declared_size(request, self.limit)
@@ -94,13 +116,13 @@ class BodyReader:
                     await self.budget.acquire(len(raw) + len(chunk) - held)
                     held = len(raw) + len(chunk)
                 raw += chunk
-            shape = await self._scan(raw)
-            await self.budget.acquire(shape.decode_bytes)
-            held += shape.decode_bytes
-            return await _decode(raw)
-        finally:
+        except BaseException:
             if held:
                 self.budget.release(held)
+            raise
+        if held > len(raw):  # a body shorter than its Content-Length (cut short): keep it exact
+            self.budget.release(held - len(raw))
+        return raw
 
     async def _scan(self, raw: bytearray) -> JsonShape:
         try:
