@@ -30,6 +30,8 @@ DEADLINE_S = 15.0  # see the module docstring: a quadratic scan takes minutes at
 QUADRATIC_UNITS = [
     "a:", "a=", ":a", "--a=", "a.", "a-", "a:!", "a://", "a:/", "password:", "password=",
     "--password=", "password:$a", "password:<a", "eyJaaaaa.", "sk-",
+    # the rules added with them (issue 38, finding 8): linear from the start
+    "PuTTY-User-Key-File-2:", "123456:A", "hooks.slack.com/services/", "a%5F:", "р:", "--env ",
 ]  # fmt: skip
 
 

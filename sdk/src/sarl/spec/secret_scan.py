@@ -33,7 +33,10 @@ _HOST_START: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
 # ``--name=`` / ``--name `` (a flag) and ``name=`` / ``Name: `` (an assignment): only the lead;
 # the value is the run of value characters after it (:class:`_Runs`).
 _FLAG_LEAD: Final = re.compile(r"(?<![\w\-])--?(?P<name>[A-Za-z][\w.\-]*)(?:=|\s+)")
-_ASSIGN_LEAD: Final = re.compile(r"(?<![\w.\-])(?P<name>[A-Za-z][\w\-]*)\s*[=:]\s*")
+# A name may be in any script (``mot_de_passe``, ``пароль``) and percent-encoded (``api%5Fkey``).
+_ASSIGN_LEAD: Final = re.compile(
+    r"(?<![\w.\-%])(?P<name>(?:[^\W\d_]|%[0-9A-Fa-f]{2})[\w\-%]*)\s*[=:]\s*"
+)
 # ``Authorization: Bearer <v>``: the scheme word belongs to the value.
 _AUTH_SCHEME: Final = re.compile(r"(?:basic|bearer|token|digest)\s+", re.IGNORECASE)
 _FLAG_VALUE_CHARS: Final = r"[^\s'\"]+"

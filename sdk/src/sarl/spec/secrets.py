@@ -25,18 +25,25 @@ Rules (a string value anywhere in the document, at any depth):
 2. **Token shapes** that are credentials by their format alone: AWS access key ids
    (``AKIA``/``ASIA`` + 16), PEM private keys (``-----BEGIN ... PRIVATE KEY-----``), GitHub
    (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36, ``github_pat_``), GitLab (``glpat-``),
-   Hugging Face (``hf_`` + 30), OpenAI/Anthropic-style (``sk-`` + 20), Slack (``xox?-``), Google
-   API keys (``AIza`` + 35), Stripe live keys, JSON Web Tokens (``eyJ...eyJ...sig``) and
-   ``Bearer <16+ chars>``, ``Basic <base64>``. To keep false positives low, the random part
+   Hugging Face (``hf_`` + 30), OpenAI/Anthropic-style (``sk-`` + 20), Slack (``xox?-``, and
+   webhook URLs), Google API keys (``AIza`` + 35) and OAuth client secrets (``GOCSPX-``), Stripe
+   live keys, Telegram bot tokens, npm (``npm_``), PyPI (``pypi-``), SendGrid (``SG.``),
+   Databricks (``dapi``), PuTTY private key files, JSON Web Tokens (``eyJ...eyJ...sig``) and
+   ``Bearer <16+ chars>``, ``Basic <base64>`` (:mod:`sarl.spec.secret_shapes`). To keep false positives low, the random part
    after a vendor prefix must mix character classes (upper, lower, digit: two of them; ``sk-``
    all three, so a model called ``sk-llama-3-8b-instruct-v2`` passes).
 3. **A value under a secret-named key.** A key is secret-named when, with its separators
    removed (``PassWord``, ``pass-phrase``, ``X-Api-Key``, ``mysqlPassword``), it contains
    ``password``, ``passwd``, ``passphrase``, ``pwd``, ``secret``, ``credential``, ``creds``,
    ``apikey``, ``privatekey``, ``accesskey``, ``authorization``, ``authtoken``, ``bearer``,
-   ``cookie``... (:data:`_SECRET_WORDS`), or its last word (``camelCase``, ``snake``,
-   ``kebab`` split) is ``pass``, ``pw``, ``token`` or ``auth`` (``db_pass``, ``hf_token``; not
-   ``pass_at_k``, ``token_budget``). Under such a key every leaf is refused but null, booleans,
+   ``cookie``, ``accountkey``... (:data:`_SECRET_WORDS`), or its last word (``camelCase``,
+   ``snake``, ``kebab`` split) is ``pass``, ``pw``, ``token``, ``auth`` or ``sig`` (``db_pass``,
+   ``hf_token``; not ``pass_at_k``, ``token_budget``), or it holds "password" in another
+   language (``mot_de_passe``, ``пароль``). A key is read percent-decoded (``api%5Fkey``) and
+   with look-alike Cyrillic and Greek letters as Latin (``раssword``). Places: the ``value`` of
+   an environment entry (``{name: OPENAI_API_KEY, value: ...}`` in any list) is judged under
+   its ``name``, and in an argument list ``["--env", "HF_TOKEN", "<value>"]`` the value under
+   the variable's name. Under such a key every leaf is refused but null, booleans,
    ``""``, references ``$VAR``/``${VAR}`` and tokenizer vocabulary (``<think>``, ``[SEP]``):
    strings, numbers, dates (YAML reads ``2024-01-01`` as one); a list is judged item by item; a
    mapping is refused whole unless it is a reference to a Secret (keys such as ``secret_name``,
@@ -69,9 +76,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sarl.spec.secret_scan import assignments, userinfo_spans
-
-#: What a redacted value (or a URL's userinfo) is replaced with.
-REDACTED: Final = "***"
+from sarl.spec.secret_shapes import FOREIGN_WORDS, REDACTED, TOKEN_RULES, classes, fold_key
 
 _USE_INSTEAD: Final = (
     "put the secret in an environment variable or a Kubernetes Secret and name it instead "
@@ -84,75 +89,18 @@ _USERINFO_HINT: Final = (
 )
 
 
-def _classes(text: str) -> int:
-    """How many of upper case, lower case and digits ``text`` contains (a randomness proxy)."""
-    return sum(any(test(c) for c in text) for test in (str.isupper, str.islower, str.isdigit))
-
-
-@dataclass(frozen=True)
-class _TokenRule:
-    """A credential recognised by its format, whose match mixes ``min_classes`` classes."""
-
-    kind: str
-    pattern: re.Pattern[str]
-    min_classes: int = 0
-
-    def matches(self, text: str) -> bool:
-        return any(self._random(m) for m in self.pattern.finditer(text))
-
-    def redact(self, text: str) -> str:
-        return self.pattern.sub(lambda m: REDACTED if self._random(m) else m[0], text)
-
-    def _random(self, match: re.Match[str]) -> bool:
-        body = match.groupdict().get("body") or match[0]
-        return _classes(body) >= self.min_classes
-
-
-_B: Final = r"(?<![A-Za-z0-9_\-])"  # the token starts a word
-# ``body`` is the random part whose character classes are counted (not the fixed prefix).
-_TOKEN_RULES: Final[tuple[_TokenRule, ...]] = (
-    _TokenRule(
-        "an AWS access key id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])")
-    ),
-    _TokenRule(  # the whole block (to its END line, or to the end of the text)
-        "a private key",
-        re.compile(
-            r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
-            r"(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|.*)",
-            re.DOTALL,
-        ),
-    ),
-    _TokenRule("a GitHub token", re.compile(_B + r"gh[pousr]_(?P<body>[A-Za-z0-9]{36,})"), 2),
-    _TokenRule("a GitHub token", re.compile(_B + r"github_pat_(?P<body>\w{22,})"), 2),
-    _TokenRule("a GitLab token", re.compile(_B + r"glpat-(?P<body>[A-Za-z0-9_\-]{20,})"), 2),
-    _TokenRule("a Hugging Face token", re.compile(_B + r"hf_(?P<body>[A-Za-z0-9]{30,})"), 2),
-    _TokenRule("an API key (sk-...)", re.compile(_B + r"sk-(?P<body>[A-Za-z0-9_\-]{20,})"), 3),
-    _TokenRule("a Slack token", re.compile(_B + r"xox[abprs]-(?P<body>[A-Za-z0-9\-]{10,})"), 2),
-    _TokenRule("a Google API key", re.compile(_B + r"AIza(?P<body>[A-Za-z0-9_\-]{35})"), 2),
-    _TokenRule("a Stripe key", re.compile(_B + r"[sr]k_live_(?P<body>[A-Za-z0-9]{16,})"), 2),
-    _TokenRule(
-        "a JSON Web Token",
-        re.compile(_B + r"eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]{10,}"),
-    ),
-    _TokenRule("a bearer token", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/\-]{16,}=*")),
-    _TokenRule(  # HTTP Basic credentials: base64 of user:password ("Basic arithmetic" passes)
-        "a basic-auth credential",
-        re.compile(r"(?i)\bbasic\s+(?P<body>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])"),
-        2,
-    ),
-)
-
 #: Words that make a key secret-named wherever they stand in it, found in the key with every
 #: separator removed, so ``PassWord``, ``pass-phrase``, ``X-Api-Key`` and ``mysqlPassword``
 #: match as well as ``password``.
 _SECRET_WORDS: Final = re.compile(
     r"password|passwd|passphrase|passcode|pwd|secret|credential|creds|apikey|privatekey|"
     r"accesskey|authorization|authtoken|apitoken|accesstoken|refreshtoken|sessiontoken|"
-    r"bearer|cookie|sshkey|signingkey|encryptionkey|masterkey|licensekey|deploykey"
+    r"bearer|cookie|sshkey|signingkey|encryptionkey|masterkey|licensekey|deploykey|"
+    r"accountkey|sharedaccess|sastoken"  # Azure: AccountKey=, SharedAccessSignature=
 )
 #: Words that are secret-named only as a key's last word: ``db_pass``, ``hf_token``,
 #: ``basic_auth`` are credentials, ``pass_at_k``, ``token_budget``, ``auth_url`` are not.
-_SECRET_LAST_WORDS: Final = frozenset({"pass", "pw", "token", "auth"})
+_SECRET_LAST_WORDS: Final = frozenset({"pass", "pw", "token", "auth", "sig"})  # SAS ?sig=
 #: A key ending in one of these words names *where* a secret is (``api_key_env``,
 #: ``token_file``, ``secret_name``, ``secret_key_ref``), or describes it (``auth_type``).
 _REFERENCE_WORDS: Final = frozenset(
@@ -186,6 +134,7 @@ _ASSIGNED: Final = "a value given to a secret-named flag or setting inside a str
 _PLAIN_VALUE_MAX: Final = 256
 #: A list item that is a flag alone (``["--api-key", "<value>"]``): the next item is its value.
 _FLAG_ALONE: Final = re.compile(r"^--?(?P<name>[A-Za-z][\w.\-]*)$")
+_ENV_NAME: Final = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def _normalise_key(key: str) -> str:
@@ -199,17 +148,21 @@ def _normalise_key(key: str) -> str:
 
 def is_secret_key(key: str) -> bool:
     """Whether a mapping key (or a command-line flag's name) names a secret value (rule 3 of
-    the module docstring)."""
-    name = _normalise_key(key)
+    the module docstring), in any of the languages of
+    :data:`~sarl.spec.secret_shapes.FOREIGN_WORDS`, percent-encoded or in look-alike letters."""
+    latin, bare = fold_key(key)
+    name = _normalise_key(latin)
     words = name.split("_")
     if (
-        not name
+        not bare
         or name in _SECRET_NAME_KEYS
         or words[-1] in _REFERENCE_WORDS
         or _VOCAB_KEY.search(name)
     ):
         return False
-    return words[-1] in _SECRET_LAST_WORDS or bool(_SECRET_WORDS.search(name.replace("_", "")))
+    if words[-1] in _SECRET_LAST_WORDS or _SECRET_WORDS.search(name.replace("_", "")):
+        return True
+    return bool(FOREIGN_WORDS.search(bare))
 
 
 def _is_reference_key(key: str) -> bool:
@@ -258,7 +211,7 @@ def secret_kind(value: Any, key: str = "") -> str | None:
     if isinstance(value, str):
         if _has_userinfo(value):
             return "a URL with credentials (user:password@)"
-        for rule in _TOKEN_RULES:
+        for rule in TOKEN_RULES:
             if rule.matches(value):
                 return rule.kind
         if next(_assigned_secrets(value), None) is not None:
@@ -287,7 +240,18 @@ def _item_keys(items: list[Any] | tuple[Any, ...], key: str) -> list[str]:
         after = items[i + 1]
         if flag and is_secret_key(flag["name"]) and not str(after).startswith("-"):
             keys[i + 1] = flag["name"]
+        # ``["--env", "HF_TOKEN", "<value>"]``: a flag, an environment variable's name, its value
+        elif flag and i + 2 < len(items) and isinstance(after, str) and _ENV_NAME.match(after):
+            keys[i + 2] = after if is_secret_key(after) else keys[i + 2]
     return keys
+
+
+def _entry_key(mapping: Mapping[Any, Any], key: Any) -> str:
+    """The key ``mapping[key]`` is judged under: its own, or for the ``value`` of an
+    environment entry (``{name: OPENAI_API_KEY, value: ...}``, in ``env`` or any list) the
+    entry's ``name``."""
+    name = mapping.get("name")
+    return name if key == "value" and isinstance(name, str) else str(key)
 
 
 @dataclass(frozen=True)
@@ -344,7 +308,7 @@ def find_secret(value: Any, path: str = "", key: str = "") -> SecretFinding | No
         for k, v in value.items():
             if isinstance(k, str) and secret_kind(k) is not None:  # never put it in the path
                 return SecretFinding(join_path(path, "<a key>"), f"{secret_kind(k)} as a key")
-            found = find_secret(v, join_path(path, str(k)), str(k))
+            found = find_secret(v, join_path(path, str(k)), _entry_key(value, k))
             if found is not None:
                 return found
         return None
@@ -369,7 +333,7 @@ def redact_text(text: str) -> str:
     """``text`` with URL userinfo and token-shaped credentials replaced by ``***`` (rules 1, 2;
     a key's literal is only known in a structure: see :func:`redact`)."""
     text = _redact_userinfo(text)
-    for rule in _TOKEN_RULES:
+    for rule in TOKEN_RULES:
         text = rule.redact(text)
     spans: list[tuple[int, int]] = []  # the values' spans, overlapping ones merged
     for start, end in sorted(_assigned_secrets(text)):
@@ -398,7 +362,7 @@ def _showable(value: Any) -> bool:
     if not isinstance(value, str) or not _SHOWABLE.match(value):
         return False
     letters_and_digits = any(c.isalpha() for c in value) and any(c.isdigit() for c in value)
-    return _classes(value) < 3 and not (len(value) > 16 and letters_and_digits)
+    return classes(value) < 3 and not (len(value) > 16 and letters_and_digits)
 
 
 def describe_value(value: Any) -> str:
@@ -446,7 +410,7 @@ def redact(value: Any, key: str = "") -> Any:
     if isinstance(value, Mapping):
         if _refused_whole(value, key):
             return REDACTED
-        return {_redact_key(k): redact(v, str(k)) for k, v in value.items()}
+        return {_redact_key(k): redact(v, _entry_key(value, k)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact(item, k) for item, k in zip(value, _item_keys(value, key), strict=True)]
     if isinstance(value, str):
