@@ -25,7 +25,8 @@ client of an OpenAI-compatible endpoint such as ``sarl serve embedding``) and se
 
 Overload, two gates before any embedding: (1) admission by work (:mod:`sarl_services.admission`,
 first come first served): a structure request's work is its distinct step texts, since
-embedding them dominates its cost; the rate is measured over whole admitted requests (texts
+embedding them dominates its cost, plus the steps given with their embeddings or labels (still
+clustered); the rate is measured over whole admitted requests (texts
 completed per second with any of them under way: embedding service and its queue, clustering
 and all included); a request whose expected completion passes ``--deadline-s`` gets 503
 ``overloaded`` with Retry-After. Every other reward is admitted by expected time, in seconds,
@@ -221,16 +222,14 @@ class RewardModel(kserve.Model):  # type: ignore[misc]  # kserve ships no type h
             raise not_ready("reward service")
         self.limiter.ensure_room()  # a full queue refuses before any parsing, as before
         structure = await parse_structure(items, settings)
-        if not structure.texts:  # labels or embeddings given: nothing to embed
-            async with self.limiter.slot():
-                return await score_parsed(structure, settings, self._embedder)
-        ticket = self.admission.admit(len(structure.texts))
+        # Admitted also when nothing is to be embedded: given steps are still clustered.
+        ticket = self.admission.admit(structure.work)
         self._busy.begin()
         done: int | None = None
         try:
             async with self.limiter.slot():
                 results = await score_parsed(structure, settings, self._embedder)
-            done = len(structure.texts)
+            done = structure.work
             return results
         finally:
             self._busy.end(done)
