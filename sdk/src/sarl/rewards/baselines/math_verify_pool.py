@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sarl.rewards.baselines.empo_extract import parse_answer
@@ -40,6 +41,9 @@ Request = list[str] | dict[str, str]
 # Worker results of one comparison.
 CORRECT, WRONG, UNPARSEABLE = 1, 0, -1
 WORKER_TIMED_OUT = -2  # the worker's own timer stopped the comparison
+#: How far a worker's data may grow past its start (see _cap_memory): a comparison of real
+#: answers stays well under it.
+WORKER_MEMORY_BYTES = 192 * 2**20
 _POLL_S = 0.05  # how often a waiting call looks at its cancel event
 
 
@@ -91,6 +95,7 @@ def _worker_main() -> None:
     # "equations=True ... is deprecated" on every parse of EMPO's config (which still applies it)
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
     importlib.import_module("math_verify")
+    _cap_memory(WORKER_MEMORY_BYTES)
     signal.signal(signal.SIGALRM, _interrupt)
     protocol.write('"ready"\n')
     protocol.flush()
@@ -104,6 +109,32 @@ def _worker_main() -> None:
             result = _compare(prediction, truth, float(rest[0]) if rest else 0.0)
         protocol.write(json.dumps(result) + "\n")
         protocol.flush()
+
+
+def _cap_memory(extra_bytes: int) -> None:
+    """Let the worker's data (heap and private mappings, ``RLIMIT_DATA``) grow at most
+    ``extra_bytes`` past what it holds once math-verify is imported (Linux; elsewhere nothing).
+
+    Why: one hostile item (a tower of powers) took a worker from 57 to 732 MiB within its 10 s
+    timeout, and a service runs two such workers. Past the cap an allocation fails: Python's
+    MemoryError is caught by :func:`_timed` (the verdict falls back to ``answers_equal``), and
+    an allocation failing in C code that aborts ends the worker, which the pool replaces.
+    """
+    try:
+        import resource  # Unix only
+
+        status = Path("/proc/self/status").read_text()
+    except (ImportError, OSError):
+        return
+    data_kib = next((int(line.split()[1]) for line in status.splitlines()
+                     if line.startswith("VmData:")), None)  # fmt: skip
+    if data_kib is None:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    limit = data_kib * 1024 + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
 
 
 class _Interrupted(BaseException):
