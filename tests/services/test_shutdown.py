@@ -4,15 +4,17 @@ runs past the shutdown grace period (KServe's ``grace_period=10``, uvicorn's
 does. Before: uvicorn cancelled the request, which logged a traceback and answered 500. Now the
 request is answered 503 ``shutting_down`` with Retry-After, and the log has no traceback.
 
-The slow request is real work: math-verify items that spin until their timeout (as in
-``test_math_verify_service.py``). Only statuses and the log are asserted; the bounds are
-generous and only keep a broken service from hanging the suite.
+The request stays in flight for as long as needed, whatever the machine's speed: a
+``structure`` request whose embedding endpoint is a real listening socket that never answers
+(the service's embedding call waits for its 120 s timeout). Only statuses and the log are
+asserted; the bounds are generous and only keep a broken service from hanging the suite.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -22,21 +24,23 @@ import pytest
 
 from sarl_services.testing import start_service
 
-pytest.importorskip("math_verify")
 pytestmark = pytest.mark.slow  # a real service subprocess
 
-HOSTILE = {"response": "\\boxed{2^{2^{2^{2^{2^{2}}}}}}", "ground_truth": "3"}
-ARGS = ["--embedder", "openai", "--embedding-url", "http://127.0.0.1:9", "--embedding-model", "x"]
-# Three items at a 10 s timeout on one worker: about 30 s, past the 10 s grace period.
-SLOW = {"requests": [HOSTILE] * 3, "settings": {"timeout_seconds": 10}}
+SLOW = {"requests": [{"response": "First we add the numbers. Then we check the sum."}]}
 
 
 def test_sigterm_past_the_grace_period_answers_503_without_traceback(tmp_path: Path) -> None:
-    service = start_service("reward", ARGS, log_dir=tmp_path)
+    silent = socket.create_server(("127.0.0.1", 0))  # connections queue; nothing is answered
+    args = [
+        "--embedder", "openai", "--embedding-model", "x",
+        "--embedding-url", f"http://127.0.0.1:{silent.getsockname()[1]}/v1",
+        "--embedding-timeout", "120", "--embedding-max-retries", "0",
+    ]  # fmt: skip
+    service = start_service("reward", args, log_dir=tmp_path)
     answers: list[httpx.Response] = []
     try:
         service.wait_until_ready()
-        url = service.url + "/v1/rewards/ground_truth_math_verify"
+        url = service.url + "/v1/rewards/structure"
         client = threading.Thread(
             target=lambda: answers.append(httpx.post(url, json=SLOW, timeout=120.0))
         )
@@ -49,6 +53,7 @@ def test_sigterm_past_the_grace_period_answers_503_without_traceback(tmp_path: P
         assert service.process.wait(timeout=60.0) == 0
     finally:
         service.stop()
+        silent.close()
     assert len(answers) == 1
     assert answers[0].status_code == 503
     assert answers[0].json()["error"]["type"] == "shutting_down"
