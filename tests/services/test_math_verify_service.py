@@ -65,7 +65,9 @@ def test_a_hostile_item_costs_its_timeout_on_shared_warm_workers(service: Servic
     """Before: a new reward (and worker) per request, and the new worker's comparison got 60 s
     of start-up grace on top of the timeout: this request took 61 s (past the client's 30 s),
     and every request's workers were gone with it."""
-    body = {"requests": [HOSTILE, NORMAL], "settings": {"timeout_seconds": 1}}
+    # 0.5 s: well before the item reaches the workers' memory cap (about 2 s here), which
+    # would end it as a wrong answer rather than a timeout.
+    body = {"requests": [HOSTILE, NORMAL], "settings": {"timeout_seconds": 0.5}}
     response = httpx.post(service.url + URL, json=body, timeout=30.0)
     assert response.status_code == 200
     hostile, normal = response.json()["results"]
@@ -96,7 +98,8 @@ def test_left_requests_are_killed_and_cheap_ones_refused_at_once(
     too). When the hostile request's client leaves, its
     worker is killed; without that, the worker's timer would stop the comparison after 10 s
     and the worker would live on (before: it ran for 70 s)."""
-    body = json.dumps({"requests": [HOSTILE], "settings": {"timeout_seconds": 10}}).encode()
+    # Five items (each ends at the workers' memory cap, about 2 s): still running meanwhile.
+    body = json.dumps({"requests": [HOSTILE] * 5, "settings": {"timeout_seconds": 10}}).encode()
     host, port = service.url.removeprefix("http://").split(":")
     client = socket.create_connection((host, int(port)))  # a client that will leave
     head = f"POST {URL} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"

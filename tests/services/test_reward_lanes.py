@@ -86,7 +86,8 @@ def test_math_verify_work_does_not_hold_up_ground_truth(service: ServiceProcess)
     """A hostile math-verify request holds the expensive lane's one slot; ``ground_truth``
     requests sent meanwhile are scored (before: one queue and one set of slots for every
     sample reward, so they were refused with 503 until the verifier was done)."""
-    slow = {"requests": [HOSTILE], "settings": {"timeout_seconds": 10}}
+    # Five items, each spinning until the worker's memory cap or timer (about 2 s each here).
+    slow = {"requests": [HOSTILE] * 5, "settings": {"timeout_seconds": 10}}
     client = _send_and_keep(service, "/v1/rewards/ground_truth_math_verify", slow)
     try:
         assert _wait(lambda: _in_flight(service) >= 1)
