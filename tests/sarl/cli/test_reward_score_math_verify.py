@@ -25,7 +25,8 @@ def test_hostile_lines_cost_their_timeout(tmp_path: Path) -> None:
     lines = tmp_path / "in.jsonl"
     lines.write_text("".join(json.dumps(x) + "\n" for x in (HOSTILE, HOSTILE, NORMAL)))
     settings = tmp_path / "settings.json"
-    settings.write_text('{"timeout_seconds": 1}')
+    # 0.5 s: before the item reaches the math-verify workers' memory cap (about 2 s here)
+    settings.write_text('{"timeout_seconds": 0.5}')
     command = [sys.executable, "-m", "sarl.cli.main", "reward", "score"]
     command += ["ground_truth_math_verify", "-i", str(lines), "-s", str(settings)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
