@@ -253,7 +253,7 @@ def test_a_hostile_comparison_costs_its_timeout_and_keeps_the_worker() -> None:
     let through) stops the runaway comparison: the next one is answered by the same warm
     worker, and math-verify still decides it."""
     pytest.importorskip("math_verify")
-    reward = create_reward("ground_truth_math_verify", {"timeout_seconds": 1.0})
+    reward = create_reward("ground_truth_math_verify", {"timeout_seconds": 0.5})
     assert isinstance(reward, mv.MathVerifyReward) and reward._pool is not None
     try:
         reward.score_samples([Sample("\\boxed{1}", ground_truth="1")])  # workers warm
