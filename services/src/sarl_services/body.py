@@ -24,6 +24,8 @@ together, whatever clients send.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -79,7 +81,25 @@ class BodyReader:
     async def read_json_object(self, request: Request) -> dict[str, Any]:
         """The body as a JSON object: 413 over the byte limit or the decoded-size limit, 400
         unless valid JSON, an object, and at most :data:`MAX_DEPTH` deep; 503 while the
-        budget for bodies in flight is spent."""
+        budget for bodies in flight is spent. The decoded object leaves the budget at once;
+        a caller that keeps it while waiting uses :meth:`json_object`."""
+        payload, kept = await self._json_object(request)
+        self.budget.release(kept)
+        return payload
+
+    @asynccontextmanager
+    async def json_object(self, request: Request) -> AsyncIterator[dict[str, Any]]:
+        """:meth:`read_json_object` whose decoded object stays in the budget until the block
+        ends: decoded requests waiting for a scoring slot count against it too, so bodies read
+        while the service is busy wait (then 503) instead of piling up decoded."""
+        payload, kept = await self._json_object(request)
+        try:
+            yield payload
+        finally:
+            self.budget.release(kept)
+
+    async def _json_object(self, request: Request) -> tuple[dict[str, Any], int]:
+        """The decoded body and the bytes of it still held in the budget (its objects')."""
         try:
             raw = await self._read(request)
         except ServiceError as e:
@@ -94,10 +114,12 @@ class BodyReader:
             shape = await self._scan(raw)
             await self.budget.acquire(shape.decode_bytes)
             held += shape.decode_bytes
-            return await _decode(raw)
-        finally:
-            if held:
-                self.budget.release(held)
+            payload = await _decode(raw)
+        except BaseException:
+            self.budget.release(held)
+            raise
+        self.budget.release(held - shape.object_bytes)  # the bytes and orjson's tree are gone
+        return payload, shape.object_bytes
 
     async def _read(self, request: Request) -> bytearray:
         """The body's bytes, reserved in the budget before they are read (held on return; given

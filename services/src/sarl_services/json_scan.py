@@ -80,14 +80,19 @@ class JsonShape:
         the document (an upper bound: the width is per string, but tracking it per string would
         take a Python step per string)."""
         tree = self.size + _TREE_BYTES_PER_VALUE * self.values
-        objects = (
+        return tree + self.object_bytes
+
+    @property
+    def object_bytes(self) -> int:
+        """About the memory of the Python objects decoding builds: what stays once
+        ``orjson.loads`` has returned (its parse tree is freed)."""
+        return (
             _CONTAINER_BYTES * self.containers
             + _ENTRY_BYTES * self.entries
             + _SCALAR_BYTES * self.scalars
             + _STRING_BYTES * self.strings
             + self.widest * self.string_bytes
         )
-        return tree + objects
 
 
 def _chunk_end(raw: bytes | bytearray, start: int) -> int:

@@ -297,14 +297,15 @@ def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:
         if not model.ready:
             raise not_ready("reward service")
         check_reward(name)
-        payload = await bodies.read_json_object(request)
-        items, requested = parse_body(payload, settings.max_items)
-        reward_settings = model.reward_settings(name, requested)
-        try:
-            results = await unless_disconnected(request, model.score(name, items, reward_settings))
-        except Overloaded as e:
-            metrics.shed.labels(reward=name, reason=e.reason).inc()
-            raise
+        async with bodies.json_object(request) as payload:  # in the body budget until scored
+            items, requested = parse_body(payload, settings.max_items)
+            reward_settings = model.reward_settings(name, requested)
+            try:
+                scoring = model.score(name, items, reward_settings)
+                results = await unless_disconnected(request, scoring)
+            except Overloaded as e:
+                metrics.shed.labels(reward=name, reason=e.reason).inc()
+                raise
         failed = sum(1 for r in results if "error" in r)
         metrics.items.labels(reward=name).inc(len(results) - failed)
         metrics.item_errors.labels(reward=name).inc(failed)
