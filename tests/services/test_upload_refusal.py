@@ -1,12 +1,13 @@
 """Uploads refused before their body is read are not read afterwards (issue 38 item 3, part).
 
 A real ``sarl serve reward`` subprocess (``--max-body-bytes`` 64 MiB, so the process-wide body
-budget is 512 MiB, reserved, never spent here; 30 s deadlines so held uploads stay held); raw sockets. A refusal decided from
-``Content-Length`` (413 over the limit, 503 while the budget is spent) used to be answered and
-then the whole body read and dropped, since uvicorn keeps the connection alive for the next
-request (red team: 423 of 432 large uploads got 503 only after being fully read). Now the answer
-carries ``connection: close`` and the server stops reading: the client can send no more than the
-kernel's socket buffers hold. Assertions are on bytes and status lines.
+budget is 512 MiB, reserved, never spent here; 30 s deadlines so held uploads stay held); raw
+sockets. A refusal decided from ``Content-Length`` (413 over the limit, 503 while the budget
+is spent) used to be answered and then the whole body read and dropped, since uvicorn keeps
+the connection alive for the next request (red team: 423 of 432 large uploads got 503 only
+after being fully read). Now the answer carries ``connection: close`` and the server stops
+reading: the client can send no more than the kernel's socket buffers hold. Assertions are on
+bytes and status lines.
 """
 
 from __future__ import annotations
