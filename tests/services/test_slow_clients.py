@@ -72,6 +72,22 @@ def _read_until_closed(sock: socket.socket) -> bytes:
     return data
 
 
+def _until_closed_or_reset(sock: socket.socket) -> tuple[bytes, bool]:
+    """What the server sends until it closes the connection, and whether it reset it; fails if
+    it keeps it open for BOUND_S."""
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        pytest.fail(f"the server kept the connection open for {BOUND_S:g} s; got {data[:80]!r}")
+    except ConnectionResetError:
+        return data, True
+    finally:
+        sock.close()
+    return data, False
+
+
 def _metric(service: ServiceProcess, line_prefix: str) -> float:
     for line in httpx.get(f"{service.url}/metrics").text.splitlines():
         if line.startswith(line_prefix + " "):
@@ -199,6 +215,9 @@ def test_oversize_headers_behind_a_request_get_431(
         sock.sendall(small)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         sock.sendall(big)
-    answers = _read_until_closed(sock)
-    assert answers.count(b"HTTP/1.1 200 ") <= 1
-    assert answers.startswith(b"HTTP/1.1 431 ") or b"\r\n\r\nHTTP/1.1 431 " in answers
+    answers, reset = _until_closed_or_reset(sock)
+    # Never an answer to the oversize request; the connection is closed with the 431 — or
+    # reset, since the server closes with the rest of those headers unread (RFC 9293 §3.6),
+    # which may drop the 431 before the client reads it. Before: answered 200, kept open.
+    assert answers.count(b"HTTP/1.1 200 ") <= (1 if one_packet else 0)
+    assert reset or b"HTTP/1.1 431 " in answers
