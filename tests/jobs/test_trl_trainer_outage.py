@@ -13,7 +13,10 @@ tracker's 3 attempts (counted in its log lines), however long that takes on a bu
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -97,6 +100,12 @@ def spec(name: str, store: Path) -> dict[str, object]:
     }
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def wait_for(proc: subprocess.Popen[str], err: Path, done: object, what: str) -> None:
     deadline = time.monotonic() + 600  # generous: a busy machine, a cold policy cache
     while not (done() if callable(done) else done):
@@ -123,6 +132,9 @@ def test_trl_job_survives_an_outage_longer_than_every_retry_budget(
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hook"), env.get("PYTHONPATH", "")])
     env |= {"MLFLOW_TRACKING_URI": server.url, "MLFLOW_RUN_ID": run_id}
     env |= {"STALL_STEPS": f"2,{EVERY * 2 + 1}", "STALL_DIR": str(stalls)}
+    # A free rendezvous port: the default 23456 may be held by another run on this machine.
+    port = str(_free_port())
+    env |= {"MASTER_PORT": port, "PET_MASTER_PORT": port}
     out, err = tmp_path / "out", tmp_path / "err"
     with out.open("w") as o, err.open("w") as e:
         proc = subprocess.Popen(
@@ -132,6 +144,7 @@ def test_trl_job_survives_an_outage_longer_than_every_retry_budget(
             stderr=e,
             stdin=subprocess.DEVNULL,
             text=True,
+            start_new_session=True,  # killpg reaches torchrun and its worker too
         )
     try:
         wait_for(proc, err, (stalls / "stalled-2").exists, "step 2")
@@ -153,9 +166,10 @@ def test_trl_job_survives_an_outage_longer_than_every_retry_budget(
         (stalls / "go-5").write_text("")
         assert proc.wait(timeout=900) == 0, err.read_text()[-4000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        # The whole group: a failed wait must not leave torchrun holding its port.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     assert "answers again" in err.read_text()
     assert f"tracking: every record of run {run_id} reached MLflow" in out.read_text()
     run = client.get_run(run_id)
