@@ -29,9 +29,10 @@ Rules (a string value anywhere in the document, at any depth):
    webhook URLs), Google API keys (``AIza`` + 35) and OAuth client secrets (``GOCSPX-``), Stripe
    live keys, Telegram bot tokens, npm (``npm_``), PyPI (``pypi-``), SendGrid (``SG.``),
    Databricks (``dapi``), PuTTY private key files, JSON Web Tokens (``eyJ...eyJ...sig``) and
-   ``Bearer <16+ chars>``, ``Basic <base64>`` (:mod:`sarl.spec.secret_shapes`). To keep false positives low, the random part
-   after a vendor prefix must mix character classes (upper, lower, digit: two of them; ``sk-``
-   all three, so a model called ``sk-llama-3-8b-instruct-v2`` passes).
+   ``Bearer <16+ chars>``, ``Basic <base64>`` (:mod:`sarl.spec.secret_shapes`). To keep false
+   positives low, the random part after a vendor prefix must mix character classes (upper,
+   lower, digit: two of them; ``sk-`` all three, so a model called
+   ``sk-llama-3-8b-instruct-v2`` passes).
 3. **A value under a secret-named key.** A key is secret-named when, with its separators
    removed (``PassWord``, ``pass-phrase``, ``X-Api-Key``, ``mysqlPassword``), it contains
    ``password``, ``passwd``, ``passphrase``, ``pwd``, ``secret``, ``credential``, ``creds``,
