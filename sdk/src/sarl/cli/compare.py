@@ -71,9 +71,9 @@ def compare_command(
         typer.Option(
             "--namespace",
             "-n",
-            help="Compare this namespace's runs (experiments NS/...). Default with a remote "
+            help="Compare this namespace's runs (experiments NAME/...). Default with a remote "
             "tracking server: the kubeconfig context's namespace.",
-            metavar="NS",
+            metavar="NAME",
             show_default=False,
         ),
     ] = None,

@@ -154,10 +154,11 @@ def diagnose_command(
     prompt (or the --group-by field) = the prompt whose responses are compared with each other;
     any field a reward reads (see `sarl reward score -h`).
 
-    Printed per reward and per reward component, and for the trivial predictors
-    trivial.has_answer and trivial.format_valid (a boxed answer; a well-formed one):
-    within-prompt AUROC (headline) = (correct, incorrect) pairs of a prompt ordered right,
-    ties 1/2; pooled AUROC = P(a correct response scores above an incorrect one), 0.5 = chance;
+    Printed per reward, per reward component and per trivial predictor:
+    trivial.has_answer and trivial.format_valid = a boxed answer; a well-formed one;
+    within-prompt AUROC (headline) = (correct, incorrect) pairs of a prompt ordered right;
+    ties count 1/2;
+    pooled AUROC = P(a correct response scores above an incorrect one), 0.5 = chance;
     pair agreement, pair ties = the pairs ordered right, tied;
     vs trivial = minus the strongest trivial predictor ("below trivial": not beaten);
     [low, high] = bootstrap interval over prompts (a warning under 20 prompts with pairs);

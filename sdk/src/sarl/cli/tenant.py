@@ -94,9 +94,9 @@ def _write_private(path: Path, text: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise fail(f"--output {path}: exists; remove it or name a new file") from None
+        raise fail(f"--out {path}: exists; remove it or name a new file") from None
     except OSError as e:
-        raise fail(f"--output {path}: {e.strerror}") from None
+        raise fail(f"--out {path}: {e.strerror}") from None
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text)
 
@@ -107,7 +107,9 @@ def credentials_command(
     platform_namespace: Annotated[
         str,
         typer.Option(
-            "--platform-namespace", help="The platform's namespace (the chart's release's)."
+            "--platform-namespace",
+            help="The platform's namespace (the chart's release's).",
+            metavar="NAME",
         ),
     ] = DEFAULT_PLATFORM_NAMESPACE,
     store_access_key_id: Annotated[
@@ -116,11 +118,14 @@ def credentials_command(
             "--store-access-key-id",
             help=f"External S3: the access key id of the tenant's IAM user (its secret key in "
             f"{STORE_SECRET_ENV}). Default: sarl-NS, a user the bundled store's hook Job creates.",
+            metavar="ID",
         ),
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write to this new file (mode 0600), not stdout."),
+        typer.Option(
+            "--out", "-o", help="Write to this new file (mode 0600), not stdout.", metavar="FILE"
+        ),
     ] = None,
 ) -> None:
     """Write the Secret manifests of tenant NS: `sarl-tenant` in NS and `sarl-tenant-NS` in
@@ -149,7 +154,9 @@ def credentials_command(
 @app.command("store-policy")
 def store_policy_command(
     namespace: NamespaceArg,
-    bucket: Annotated[str, typer.Option("--bucket", help="The platform's bucket.")],
+    bucket: Annotated[
+        str, typer.Option("--bucket", help="The platform's bucket.", metavar="BUCKET")
+    ],
 ) -> None:
     """Print the IAM policy of tenant NS's store key (JSON, for IAM or `mc admin policy
     create`): its own prefixes read-write, shared/ read-only."""
