@@ -40,6 +40,7 @@ from verl.trainer.ppo.reward import (  # noqa: E402
 )
 
 import sarl.integrations.verl.compute_score as compute_score_module  # noqa: E402
+from sarl.evaluation.trivial import TRIVIAL  # noqa: E402
 from sarl.integrations.verl.batcher import (  # noqa: E402
     SHARED,
     GroupCollector,
@@ -75,6 +76,9 @@ from sarl.rewards.structure.reward import (  # noqa: E402
 VERL_CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 COMPUTE_SCORE_FILE = compute_score_module.__file__
 DIM = 16
+
+#: The trivial predictors compute_score adds (None without a ground truth).
+TRIVIAL_NONE = dict.fromkeys(TRIVIAL)
 
 
 # --- rewards used by the tests ----------------------------------------------------------------
@@ -540,7 +544,7 @@ def test_compute_score_through_verl_reward_loop(
     )
     scores = assert_only_at_last_token(reward_tensor, data)
     assert scores.tolist() == pytest.approx([o.score for o in expected])
-    assert list(extra) == ["score", *COMPONENT_KEYS, FAILED_KEY, ANSWER_CORRECT_KEY]
+    assert list(extra) == ["score", *COMPONENT_KEYS, FAILED_KEY, ANSWER_CORRECT_KEY, *TRIVIAL]
     assert extra["path_length"][1] is None and extra["degenerate"][1] == 1.0
     assert list(extra[FAILED_KEY]) == [0.0] * n
     # verl's n concurrent per-sample calls became one embedder request.
@@ -579,13 +583,25 @@ def test_compute_score_on_error_scores_and_flags_failures(
         result = asyncio.run(
             compute_score("toy", response, None, None, **FLAKY, **extra, on_error=-1)
         )
-    assert result == {"score": -1.0, "length": None, FAILED_KEY: 1.0, ANSWER_CORRECT_KEY: None}
+    assert result == {
+        "score": -1.0,
+        "length": None,
+        FAILED_KEY: 1.0,
+        ANSWER_CORRECT_KEY: None,
+        **TRIVIAL_NONE,
+    }
     assert "verl_test_flaky" in caplog.text
 
 
 def test_compute_score_succeeds_with_the_same_keys() -> None:
     result = asyncio.run(compute_score("toy", "fine", None, None, **FLAKY, on_error=-1))
-    assert result == {"score": 4.0, "length": 1.0, FAILED_KEY: 0.0, ANSWER_CORRECT_KEY: None}
+    assert result == {
+        "score": 4.0,
+        "length": 1.0,
+        FAILED_KEY: 0.0,
+        ANSWER_CORRECT_KEY: None,
+        **TRIVIAL_NONE,
+    }
 
 
 @pytest.mark.parametrize(
@@ -608,6 +624,7 @@ def test_compute_score_sync_twin() -> None:
         "length": 1.0,
         FAILED_KEY: 0.0,
         ANSWER_CORRECT_KEY: None,
+        **TRIVIAL_NONE,
     }
 
     async def inside_a_loop() -> None:
@@ -692,7 +709,7 @@ def test_reward_manager_scores_whole_groups_through_verl(
         uid = group[0].extra["uid"]
         assert {s.prompt for s in group} == {f"prompt {uid[1:]}?"}
         assert all(s.ground_truth == "7" and s.extra["data_source"] == "toy" for s in group)
-    assert list(extra) == ["score", "group_size", "votes", FAILED_KEY, ANSWER_CORRECT_KEY]
+    assert list(extra) == ["score", "group_size", "votes", FAILED_KEY, ANSWER_CORRECT_KEY, *TRIVIAL]
     assert set(extra["group_size"]) == {float(GROUP_N)}
 
 
@@ -716,7 +733,7 @@ def test_reward_manager_per_sample_reward_is_batched_not_grouped(
     reward_tensor, extra = extract_reward(out)
     scores = assert_only_at_last_token(reward_tensor, data)
     assert scores.tolist() == pytest.approx([o.score for o in expected])
-    assert list(extra) == ["score", *COMPONENT_KEYS, FAILED_KEY, ANSWER_CORRECT_KEY]
+    assert list(extra) == ["score", *COMPONENT_KEYS, FAILED_KEY, ANSWER_CORRECT_KEY, *TRIVIAL]
 
 
 # --- truncation (tagged-reasoning A.7: tag_maxflow masks truncated completions) -----------------

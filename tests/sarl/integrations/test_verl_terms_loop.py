@@ -33,6 +33,7 @@ from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManage
 from verl.trainer.ppo.metric_utils import process_validation_metrics
 from verl.trainer.ppo.reward import extract_reward, get_custom_reward_fn
 
+from sarl.evaluation.trivial import TRIVIAL
 from sarl.integrations.verl.batcher import SHARED
 from sarl.integrations.verl.compute_score import (
     FAILED_KEY,
@@ -130,7 +131,14 @@ def test_compute_score_trains_on_the_sum_and_reports_every_term(
     assert scores.tolist() == pytest.approx(
         [w_structure * s + w_answer * a for s, a in zip(structure, answer, strict=True)]
     )
-    assert list(extra) == ["score", *STRUCTURE_KEYS, *ANSWER_KEYS, FAILED_KEY, ANSWER_CORRECT_KEY]
+    assert list(extra) == [
+        "score",
+        *STRUCTURE_KEYS,
+        *ANSWER_KEYS,
+        FAILED_KEY,
+        ANSWER_CORRECT_KEY,
+        *TRIVIAL,
+    ]
     assert list(extra[f"reward/{STRUCTURE}"]) == pytest.approx(structure)
     assert list(extra[f"reward/{ANSWER}"]) == answer
     assert extra[f"{STRUCTURE}/path_length"][1] is None  # one node: undefined, as single-term
@@ -197,6 +205,7 @@ def test_a_group_term_keeps_groups_whole_and_the_weight_0_term_is_reported(
         *ANSWER_KEYS,
         FAILED_KEY,
         ANSWER_CORRECT_KEY,
+        *TRIVIAL,
     ]
     assert list(extra[f"reward/{ANSWER}"]) == [float(t.endswith("7")) for t in responses]
 
@@ -230,6 +239,7 @@ def test_a_failed_sum_names_its_terms_and_follows_on_error() -> None:
         f"{ANSWER}/answered": None,
         FAILED_KEY: 1.0,
         ANSWER_CORRECT_KEY: None,
+        **dict.fromkeys(TRIVIAL),
     }
 
 
