@@ -1,7 +1,8 @@
-"""The README's cluster section as issue 35 asks (items 3, 5, 10 and storage): it starts with
-the images (where they come from, how to mirror them, the NVIDIA driver), claims Guaranteed QoS
-only with the Training Operator's init container named, and its commands and chart values match
-what the chart renders (the ConfigMap the Training Operator is to mount, the store capacity)."""
+"""The cluster pages as issue 35 asks (items 3, 5, 10 and storage; moved out of the README into
+docs/ by issue 41): the install page starts with the images (where they come from, how to mirror
+them, the NVIDIA driver), no page claims Guaranteed QoS without the Training Operator's init
+container named, and their commands and chart values match what the chart renders (the ConfigMap
+the Training Operator is to mount, the store capacity)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,20 @@ from tests.charts.rendering import PLATFORM, render_templates
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The page that installs the platform: images, requirements, the chart and its store.
+INSTALL = ROOT / "docs" / "cluster" / "install.md"
+#: The page on what the operator creates, with pod resources and QoS.
+RUNS_WHERE = ROOT / "docs" / "concepts" / "cluster.md"
+
+
 def _section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Running on a cluster\n")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+    return INSTALL.read_text(encoding="utf-8")
+
+
+def _pages() -> list[Path]:
+    """Every page a user reads: the README and the hand-written docs (not generated ones)."""
+    docs = [p for p in (ROOT / "docs").rglob("*.md") if "reference" not in p.parts]
+    return [ROOT / "README.md", *sorted(docs)]
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -28,10 +38,12 @@ def _paragraphs(text: str) -> list[str]:
 
 
 def test_the_section_starts_with_the_images() -> None:
-    first = _paragraphs(_section())[1]
-    assert first.startswith("**Images.**")
+    paragraphs = _paragraphs(_section())
+    images_at = paragraphs.index("## Images")
+    first = paragraphs[images_at + 1]
+    assert images_at <= 2  # the title, one line saying what the page holds, then the images
     assert ".github/workflows/release.yml" in first and "ghcr.io" in first
-    images = _section()[: _section().index("**Requirements.**")]
+    images = _section()[: _section().index("## Requirements")]
     assert "driver >= 580" in images  # verl's CUDA 13 base
     assert "driver >= 570" in images  # TRL's CUDA 12.8 base
     assert re.search(r"crane copy \S+@sha256:", images)
@@ -40,18 +52,21 @@ def test_the_section_starts_with_the_images() -> None:
 
 
 def test_guaranteed_is_never_claimed_without_the_init_container() -> None:
-    """Every topic of the section (a bold-titled block) that says Guaranteed also says which
-    Workers are Burstable, and why."""
-    topics = re.split(r"\n\n(?=\*\*[A-Z])", _section())
-    claims = [topic for topic in topics if "Guaranteed" in topic]
-    assert claims
-    for topic in claims:
-        assert "init-pytorch" in topic and "Burstable" in topic, topic[:200]
-    assert "(Guaranteed QoS, the last pods evicted under pressure)" not in _section()
+    """Every topic of every page (a section under a heading, or a bold-titled block) that says
+    Guaranteed also says which Workers are Burstable, and why."""
+    claims = []
+    for page in _pages():
+        text = page.read_text(encoding="utf-8")
+        topics = re.split(r"\n\n(?=\*\*[A-Z]|#+ )", text)
+        claims += [(page, topic) for topic in topics if "Guaranteed" in topic]
+        assert "(Guaranteed QoS, the last pods evicted under pressure)" not in text
+    assert any(page == RUNS_WHERE for page, _ in claims)
+    for page, topic in claims:
+        assert "init-pytorch" in topic and "Burstable" in topic, (page.name, topic[:200])
 
 
-def test_the_readme_mounts_the_configmap_the_chart_renders() -> None:
-    section = _section()
+def test_the_docs_mount_the_configmap_the_chart_renders() -> None:
+    section = RUNS_WHERE.read_text(encoding="utf-8")
     (patch,) = re.findall(
         r"kubectl -n kubeflow patch deployment training-operator .*? -p '(.*?)'", section, re.S
     )

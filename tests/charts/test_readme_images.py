@@ -1,5 +1,6 @@
-"""The README's "Images" step, followed as written: `make images`/`make push-images` build every
-image the charts run, under the names the charts expect, and the README's `helm install --set`
+"""The "Images" step of docs/cluster/install.md (the README's until issue 41), followed as
+written: `make images`/`make push-images` build every image the charts run, under the names the
+charts expect, and the page's `helm install --set`
 flags, rendered with the real Helm engine, put those images (and their registry in the allow-list)
 into the operator's Deployment.
 
@@ -26,11 +27,11 @@ TAG = "0.1.0"
 
 
 def _images_block() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("**Images.**")
+    text = (ROOT / "docs" / "cluster" / "install.md").read_text(encoding="utf-8")
+    start = text.index("## Images")
     blocks = re.findall(r"```bash\n(.*?)```", text[start:], re.S)
     builds = [block for block in blocks if "make push-images" in block]
-    assert builds, "README's Images step has no bash block with make push-images"
+    assert builds, "docs/cluster/install.md's Images step has no bash block with make push-images"
     return str(builds[0])
 
 

@@ -1,7 +1,8 @@
-"""The Jupyter commands the README's Notebooks section gives work in this environment: ``make
-setup`` installs the sdk's ``notebook`` extra, so ``.venv/bin/jupyter lab`` and ``.venv/bin/jupyter
-nbconvert`` exist, and nbconvert executes a notebook in a kernel of this environment (which has
-``sarl``), writing HTML. Not skipped when Jupyter is missing: that is the bug this guards.
+"""The Jupyter commands the Notebooks page (docs/tutorials/notebooks.md) gives work in this
+environment: ``make setup`` installs the sdk's ``notebook`` extra, so ``.venv/bin/jupyter lab``
+and ``.venv/bin/jupyter nbconvert`` exist, and nbconvert executes a notebook in a kernel of this
+environment (which has ``sarl``), writing HTML. Not skipped when Jupyter is missing: that is the
+bug this guards.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ TIMEOUT_S = 600
 
 
 def readme_subcommands() -> list[str]:
-    """The ``jupyter`` subcommands the README's Notebooks section runs, in order."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Notebooks\n", 1)[1].split("\n## ", 1)[0]
+    """The ``jupyter`` subcommands the Notebooks page runs, in order."""
+    section = (REPO / "docs" / "tutorials" / "notebooks.md").read_text(encoding="utf-8")
     return list(dict.fromkeys(re.findall(r"\.venv/bin/jupyter (\w+)", section)))
 
 
@@ -73,4 +73,4 @@ def test_nbconvert_executes_a_notebook_with_sarl_and_writes_html(tmp_path: Path)
     import sarl
 
     assert f"sarl {sarl.__version__}" in html  # the kernel is this environment's Python
-    assert "cwd nb" in html  # and runs in the notebook's folder, as the README says
+    assert "cwd nb" in html  # and runs in the notebook's folder, as the page says

@@ -32,8 +32,9 @@ from tests.operators.kserve_merge import effective_flags
 EXAMPLES: Final = sorted((ROOT / "examples").glob("*.yaml"))
 STUDIES: Final = sorted((ROOT / "examples" / "studies").glob("*.yaml"))
 _RAW_MODES: Final = frozenset({"RawDeployment", "Standard"})
-#: The URL and model name README.md documents for calling the sarl-inference chart's embedding
-#: model instead of one the operator serves (chart installed as release sarl-inference).
+#: The URL and model name docs/how-to/embedder-and-judge.md documents for calling the sarl-
+#: inference chart's embedding model instead of one the operator serves (chart installed as release
+#: sarl-inference).
 CHART_EMBEDDER: Final = {
     "kind": "openai",
     "model": "embedding",
