@@ -15,7 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
+
+
+class NoSettings(BaseModel):
+    """Settings of a reward that declares none: any key given is refused as unknown."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +43,14 @@ class RewardOutput:
 
 
 class Reward(ABC):
-    """Base class of registered rewards. Subclasses set ``name`` and ``Settings``."""
+    """Base class of registered rewards. Subclasses set ``name`` and ``Settings``.
+
+    ``Settings`` is a pydantic model; a key it does not declare is refused (the registry checks
+    every model as if it set ``extra="forbid"``, unless it sets ``extra="allow"`` itself). A
+    reward that declares none gets :class:`NoSettings`: it takes no settings."""
 
     name: ClassVar[str]
-    Settings: ClassVar[type[BaseModel]]
+    Settings: ClassVar[type[BaseModel]] = NoSettings
     #: True when a sample's score depends on its siblings (the adapters must keep groups whole).
     needs_group: ClassVar[bool] = False
     #: True when the reward masks truncated completions (tagged-reasoning A.7): the adapters then

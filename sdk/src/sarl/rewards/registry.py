@@ -9,12 +9,14 @@ imported in the user's own process, never in a validation for a cluster
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from collections.abc import Mapping
-from typing import Any
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Final
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sarl.rewards import cluster_names
 from sarl.rewards.base import Reward
@@ -60,7 +62,10 @@ def reward_summary(name: str) -> str:
     """One line saying what the reward ``name`` scores (for ``sarl rewards``)."""
     if name in _SUMMARIES:
         return _SUMMARIES[name]
-    doc = (get_reward_class(name).__doc__ or "").strip()
+    try:
+        doc = (get_reward_class(name).__doc__ or "").strip()
+    except RewardConfigError as e:  # an installed package that fails to import: say so
+        return f"(not loaded: {e})"
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
@@ -104,9 +109,25 @@ def _same_definition(a: type[Reward], b: type[Reward]) -> bool:
     return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
 
 
+#: Installed packages register rewards by name under this entry point group (``[project.
+#: entry-points."sarl.rewards"] my_reward = "my_pkg.reward:MyReward"``); loaded on first lookup.
+ENTRY_POINT_GROUP: Final = "sarl.rewards"
+
+
+def _installed() -> dict[str, EntryPoint]:
+    """The ``sarl.rewards`` entry points of the installed packages, by name (a built-in's name
+    is never taken by one)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in _BUILTINS}
+
+
+def installed_rewards() -> dict[str, str]:
+    """Name -> ``module:Class`` of each reward an installed package registers (not imported)."""
+    return {name: ep.value for name, ep in _installed().items()}
+
+
 def reward_names() -> list[str]:
-    """Names of all built-in and registered rewards."""
-    return sorted(set(_REGISTRY) | set(_BUILTINS))
+    """Names of all built-in, registered and installed (entry point) rewards."""
+    return sorted(set(_REGISTRY) | set(_BUILTINS) | set(_installed()))
 
 
 def get_reward_class(name: str) -> type[Reward]:
@@ -116,11 +137,18 @@ def get_reward_class(name: str) -> type[Reward]:
     if name in _BUILTINS:
         importlib.import_module(_BUILTINS[name])
         return _REGISTRY[name]
-    if ":" in name:
+    installed = _installed().get(name)
+    # An installed reward is its ``module:Class``: on a cluster checked as that dotted path
+    # (allow-list, never imported), here imported and kept under its entry point name.
+    path = installed.value if installed is not None else name
+    if ":" in path:
         rules = cluster_names.active_rules()
         if rules is not None:  # a tenant's spec: never import what it names
-            return _cluster_dotted(name, rules)
-        return _load_dotted(name)
+            return _cluster_dotted(path, rules)
+        cls = _load_dotted(path)
+        if installed is not None:
+            _REGISTRY[name] = cls
+        return cls
     from sarl.spec.suggest import did_you_mean  # imported here: sarl.spec imports this module
 
     known = reward_names()
@@ -162,33 +190,27 @@ def _load_dotted(path: str) -> type[Reward]:
 
 def parse_settings(name: str, settings: Mapping[str, Any] | BaseModel | None) -> BaseModel:
     """Validate ``settings`` against the reward's typed Settings model."""
-    cls = get_reward_class(name)
+    return settings_of(get_reward_class(name), settings, name)
+
+
+def settings_of(
+    cls: type[Reward], settings: Mapping[str, Any] | BaseModel | None, name: str | None = None
+) -> BaseModel:
+    """Validate ``settings`` against ``cls.Settings`` (``name``: the reward as the spec names
+    it, for messages; default ``cls.name``). A key the model does not declare is refused even
+    where the model leaves pydantic's default ``extra="ignore"`` (a user's typo must not pass
+    silently); only a model that sets ``extra="allow"`` itself takes any key."""
+    name = cls.name if name is None else name
     if isinstance(settings, cls.Settings):
         return settings
     raw = settings.model_dump() if isinstance(settings, BaseModel) else dict(settings or {})
     try:
-        parsed = cls.Settings.model_validate(raw)
+        strict = _strict(cls.Settings)
+        parsed = strict.model_validate(raw)
+        if strict is not cls.Settings:  # the reward gets an instance of its own model
+            parsed = cls.Settings.model_validate(raw)
     except ValidationError as e:
-        # Imported here: sarl.spec imports this module. The value may be a credential (a URL
-        # with user:password@, a token): redacted, shown only when it is a number or a short
-        # word, and removed from the validator's message.
-        from sarl.spec.secrets import describe_value, redact, redact_text, scrub_values
-        from sarl.spec.suggest import NO_VALUE, hint_for, path, with_hint
-
-        first = e.errors()[0]
-        loc = path(first["loc"])
-        key = str(first["loc"][-1]) if first["loc"] else ""
-        value = describe_value(redact(first.get("input"), key))
-        unknown = first["type"] == "extra_forbidden"
-        msg = "unknown setting" if unknown else str(first["msg"]).removeprefix("Value error, ")
-        msg = scrub_values(with_hint(msg, hint_for(first, cls.Settings)), first.get("input"))
-        shown = "" if unknown else f"={value}"
-        raise RewardConfigError(
-            redact_text(f"reward {name!r}: setting {loc!r}{shown}: {msg}"),
-            field=("settings", *first["loc"]),
-            value=NO_VALUE if unknown else first.get("input"),
-            detail=redact_text(msg),
-        ) from e
+        raise _settings_error(name, cls.Settings, e) from e
     found = _non_finite(parsed.model_dump())
     if found is not None:  # pydantic reads the string "1e999" as inf (issue 38 item 9)
         where, number = found
@@ -200,6 +222,43 @@ def parse_settings(name: str, settings: Mapping[str, Any] | BaseModel | None) ->
             detail=detail,
         )
     return parsed
+
+
+@functools.cache
+def _strict(model: type[BaseModel]) -> type[BaseModel]:
+    """``model`` refusing undeclared keys (itself where it forbids them or allows any)."""
+    if model.model_config.get("extra") in ("forbid", "allow"):
+        return model
+    config = ConfigDict(**{**model.model_config, "extra": "forbid"})
+    return type(model.__name__, (model,), {"model_config": config, "__module__": model.__module__})
+
+
+def _settings_error(name: str, model: type[BaseModel], e: ValidationError) -> RewardConfigError:
+    """The first error of ``e`` as a RewardConfigError naming the setting (and, for an unknown
+    key, the closest declared one)."""
+    # Imported here: sarl.spec imports this module. The value may be a credential (a URL
+    # with user:password@, a token): redacted, shown only when it is a number or a short
+    # word, and removed from the validator's message.
+    from sarl.spec.secrets import describe_value, redact, redact_text, scrub_values
+    from sarl.spec.suggest import NO_VALUE, hint_for, path, with_hint
+
+    first = e.errors()[0]
+    loc = path(first["loc"])
+    key = str(first["loc"][-1]) if first["loc"] else ""
+    value = describe_value(redact(first.get("input"), key))
+    unknown = first["type"] == "extra_forbidden"
+    msg = "unknown setting" if unknown else str(first["msg"]).removeprefix("Value error, ")
+    hint = hint_for(first, model)
+    if unknown and not model.model_fields:
+        hint = "this reward takes no settings (its class declares no Settings model)"
+    msg = scrub_values(with_hint(msg, hint), first.get("input"))
+    shown = "" if unknown else f"={value}"
+    return RewardConfigError(
+        redact_text(f"reward {name!r}: setting {loc!r}{shown}: {msg}"),
+        field=("settings", *first["loc"]),
+        value=NO_VALUE if unknown else first.get("input"),
+        detail=redact_text(msg),
+    )
 
 
 def _non_finite(
