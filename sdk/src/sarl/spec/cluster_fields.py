@@ -151,8 +151,12 @@ class EvaluationPodSpec(_Strict):
     """CPU, memory and scratch disk of the evaluation Job's pod (one GPU, vLLM on the trained
     checkpoint), requests equal to limits."""
 
-    cpu: _Quantity = Field(default="8", json_schema_extra=_QUANTITY_SCHEMA)
-    memory: _Quantity = Field(default="64Gi", json_schema_extra=_QUANTITY_SCHEMA)
+    cpu: _Quantity = Field(
+        default="8", json_schema_extra=_QUANTITY_SCHEMA, description="CPU of the pod."
+    )
+    memory: _Quantity = Field(
+        default="64Gi", json_schema_extra=_QUANTITY_SCHEMA, description="Memory of the pod."
+    )
     scratch_size: _Quantity = Field(
         default="50Gi",
         json_schema_extra=_QUANTITY_SCHEMA,
@@ -166,8 +170,8 @@ class ResourcesSpec(_Strict):
     for ``cpu``, ``memory`` and ``scratch_size`` with requests equal to limits (Guaranteed QoS:
     the last pods the kubelet evicts), plus ``gpus_per_node`` GPUs of ``gpu_resource``."""
 
-    nodes: int = Field(default=1, ge=1)
-    gpus_per_node: int = Field(default=8, ge=0)
+    nodes: int = Field(default=1, ge=1, description="Trainer pods (nodes) of the job.")
+    gpus_per_node: int = Field(default=8, ge=0, description="GPUs of each trainer pod.")
     cpu: _Quantity = Field(
         default="8",
         json_schema_extra=_QUANTITY_SCHEMA,
@@ -238,8 +242,16 @@ class ResourcesSpec(_Strict):
         "platform's (the operator's SARL_HF_ENDPOINT). Without one, pods whose model comes "
         "from s3:// or pvc:// get HF_HUB_OFFLINE=1, so nothing tries the network.",
     )
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="nodeSelector of the trainer and evaluation pods (and of served models "
+        "without their own).",
+    )
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Tolerations (core/v1) of the trainer and evaluation pods (and of served "
+        "models without their own).",
+    )
     backend: Literal["verl", "trl"] = Field(
         default="verl",
         description="Cluster trainer: 'verl' (ppo, grpo, rloo; FSDP2 + vLLM rollouts, Ray) or "

@@ -28,13 +28,15 @@ _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class Metadata(_Strict):
+    """Name, namespace and labels of the document, as in a Kubernetes object."""
+
     name: str = Field(
         description="Experiment name (DNS-1035 label: lowercase letters, digits and '-', "
         "starting with a letter): names the MLflow experiment, checkpoint prefix and, on a "
         "cluster, the Kubernetes objects (whose longest child name must fit in 63 characters)."
     )
     namespace: str | None = Field(default=None, description="Kubernetes namespace (cluster only).")
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes labels (cluster).")
 
     @field_validator("name")
     @classmethod
@@ -51,11 +53,11 @@ class Metadata(_Strict):
 class TinyModel(_Strict):
     """The built-in small Qwen-architecture policy, trained from scratch on the task corpus."""
 
-    hidden_size: int = Field(default=64, ge=8)
-    num_layers: int = Field(default=2, ge=1)
-    num_heads: int = Field(default=4, ge=1)
-    num_kv_heads: int = Field(default=2, ge=1)
-    intermediate_size: int = Field(default=128, ge=8)
+    hidden_size: int = Field(default=64, ge=8, description="Hidden (embedding) width.")
+    num_layers: int = Field(default=2, ge=1, description="Transformer layers.")
+    num_heads: int = Field(default=4, ge=1, description="Attention (query) heads.")
+    num_kv_heads: int = Field(default=2, ge=1, description="Key/value heads (GQA).")
+    intermediate_size: int = Field(default=128, ge=8, description="MLP inner width.")
     vocab_size: int = Field(default=384, ge=64, description="Tokenizer vocabulary size (BPE).")
 
 
@@ -63,8 +65,8 @@ class WarmStart(_Strict):
     """Supervised warm start on synthetic structured traces before RL (built-in model only)."""
 
     steps: int = Field(default=300, ge=0, description="SFT optimizer steps (0 disables).")
-    learning_rate: float = Field(default=3e-3, gt=0)
-    batch_size: int = Field(default=16, ge=1)
+    learning_rate: float = Field(default=3e-3, gt=0, description="SFT learning rate.")
+    batch_size: int = Field(default=16, ge=1, description="Traces per SFT step.")
     max_response_tokens: int | None = Field(
         default=None,
         ge=8,
@@ -81,6 +83,8 @@ class WarmStart(_Strict):
 
 
 class ModelSpec(_Strict):
+    """The policy to train: which model, and the built-in one's shape and warm start."""
+
     name: str = Field(
         default="builtin:tiny-qwen",
         description="'builtin:tiny-qwen' (no download: built and warm-started locally), a local "
@@ -92,7 +96,9 @@ class ModelSpec(_Strict):
     )
     tiny: TinyModel = Field(default_factory=TinyModel)
     warm_start: WarmStart = Field(default_factory=WarmStart)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32", description="Training precision of the policy."
+    )
 
     @property
     def is_builtin(self) -> bool:
@@ -113,6 +119,8 @@ class ModelSpec(_Strict):
 
 
 class DataSpec(_Strict):
+    """The prompts: a built-in task generator or a dataset file, and the prompt template."""
+
     task: Literal["arithmetic", "countdown", "dataset"] = Field(
         default="arithmetic",
         description="Built-in verifiable task generator, or 'dataset' to read `dataset`.",
@@ -122,8 +130,8 @@ class DataSpec(_Strict):
         description="task=dataset: a JSONL/Parquet file (local path or s3://) with columns "
         "`question` and `answer` (or the names in `question_field`/`answer_field`).",
     )
-    question_field: str = "question"
-    answer_field: str = "answer"
+    question_field: str = Field(default="question", description="Question column of `dataset`.")
+    answer_field: str = Field(default="answer", description="Answer column of `dataset`.")
     train_size: int = Field(default=256, ge=1, description="Training prompts (generated tasks).")
     eval_size: int = Field(default=32, ge=1, description="Held-out evaluation prompts.")
     split_seed: int = Field(default=1234, description="Seed of generation and of the split.")
@@ -132,7 +140,7 @@ class DataSpec(_Strict):
         default="{question} Think step by step and put the final answer in \\boxed{{}}.",
         description="Python format string with a {question} field.",
     )
-    shuffle: bool = False
+    shuffle: bool = Field(default=False, description="Shuffle the training prompts each epoch.")
 
     @field_validator("prompt_template")
     @classmethod
@@ -153,16 +161,22 @@ class DataSpec(_Strict):
 
 
 class AlgorithmSpec(_Strict):
-    name: Literal["grpo", "rloo", "ppo"] = "grpo"
+    """The RL algorithm and its batch, length and optimizer settings."""
+
+    name: Literal["grpo", "rloo", "ppo"] = Field(
+        default="grpo", description="Advantage estimator; ppo (GAE, a critic) needs verl."
+    )
     rollouts_per_prompt: int = Field(default=8, ge=2, description="N responses per prompt.")
     learning_rate: float = Field(default=1e-6, gt=0, description="Actor learning rate.")
     critic_learning_rate: float = Field(default=1e-5, gt=0, description="PPO critic only.")
     kl_coef: float = Field(default=0.001, ge=0, description="KL loss coefficient (beta).")
-    kl_type: Literal["low_var_kl", "k1", "k2", "k3", "abs", "mse"] = "low_var_kl"
-    entropy_coef: float = Field(default=0.0, ge=0)
-    max_prompt_length: int = Field(default=1024, ge=1)
-    max_response_length: int = Field(default=8192, ge=1)
-    temperature: float = Field(default=1.0, gt=0)
+    kl_type: Literal["low_var_kl", "k1", "k2", "k3", "abs", "mse"] = Field(
+        default="low_var_kl", description="KL estimator (verl's kl_loss_type; local TRL: k3)."
+    )
+    entropy_coef: float = Field(default=0.0, ge=0, description="Entropy bonus coefficient.")
+    max_prompt_length: int = Field(default=1024, ge=1, description="Prompt tokens, at most.")
+    max_response_length: int = Field(default=8192, ge=1, description="Response tokens, at most.")
+    temperature: float = Field(default=1.0, gt=0, description="Rollout sampling temperature.")
     train_batch_size: int = Field(default=256, ge=1, description="Prompts per training step.")
     mini_batch_size: int = Field(default=256, ge=1, description="Prompts per policy update.")
     micro_batch_size_per_gpu: int = Field(
@@ -190,9 +204,9 @@ class AlgorithmSpec(_Strict):
         "verl's rollout.gpu_memory_utilization). The trainer's own state stays on the GPU beside "
         "it, so both must fit: `sarl plan` checks it.",
     )
-    epochs: int = Field(default=15, ge=1)
+    epochs: int = Field(default=15, ge=1, description="Passes over the training prompts.")
     max_steps: int | None = Field(default=None, ge=1, description="Stop after this many steps.")
-    seed: int = 0
+    seed: int = Field(default=0, description="RL seed (sampling, shuffling); a Study's seeds.")
 
     @property
     def responses_per_pass(self) -> int:
@@ -224,6 +238,8 @@ class AlgorithmSpec(_Strict):
 
 
 class RewardTerm(_Strict):
+    """One term of the reward: a registered reward, its weight and its settings."""
+
     name: str = Field(
         description="Registered reward name (see `sarl rewards`) or 'package.module:Class'."
     )
@@ -242,6 +258,8 @@ class RewardTerm(_Strict):
 
 
 class EvaluationSpec(_Strict):
+    """Periodic evaluation of the policy on held-out problems and benchmarks."""
+
     benchmarks: list[str] = Field(
         default_factory=lambda: ["heldout"],
         description="'heldout' "
@@ -249,30 +267,36 @@ class EvaluationSpec(_Strict):
         "minerva.",
     )
     k: int = Field(default=4, ge=1, description="Samples per problem for avg@k and pass@k.")
-    every_n_steps: int = Field(default=5, ge=1)
-    temperature: float = Field(default=0.6, gt=0)
-    max_problems: int | None = Field(default=None, ge=1)
+    every_n_steps: int = Field(default=5, ge=1, description="Evaluate every N training steps.")
+    temperature: float = Field(default=0.6, gt=0, description="Sampling temperature.")
+    max_problems: int | None = Field(
+        default=None, ge=1, description="Problems per benchmark, at most (default: all)."
+    )
 
 
 class TrackingSpec(_Strict):
+    """Where and how the run is logged (MLflow)."""
+
     mlflow_uri: str | None = Field(
         default=None,
         description="MLflow tracking URI; default a "
         "local store under ./.sarl/ (sqlite + artifact folder).",
     )
     experiment_name: str | None = Field(default=None, description="Default: metadata.name.")
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(default_factory=dict, description="MLflow run tags.")
     log_maps_every_n_steps: int = Field(
         default=5, ge=1, description="Reasoning-map PNGs of sample responses every N steps."
     )
 
 
 class StorageSpec(_Strict):
+    """Where checkpoints go (S3/MinIO or a local path), how often, how many are kept."""
+
     checkpoint_uri: str | None = Field(
         default=None,
         description="'s3://bucket/prefix' or a local path; default ./.sarl/checkpoints/<name>.",
     )
-    every_n_steps: int = Field(default=20, ge=1)
+    every_n_steps: int = Field(default=20, ge=1, description="Checkpoint every N steps.")
     endpoint_url: str | None = Field(
         default=None,
         description="S3/MinIO endpoint, e.g. "
@@ -286,6 +310,8 @@ class StorageSpec(_Strict):
 
 
 class ExperimentSpec(_Strict):
+    """What to train, on what, with which reward, and where it runs."""
+
     @model_validator(mode="before")
     @classmethod
     def _apply_preset(cls, data: Any) -> Any:
@@ -315,7 +341,9 @@ class ExperimentSpec(_Strict):
     data: DataSpec = Field(default_factory=DataSpec)
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
     reward: list[RewardTerm] = Field(
-        default_factory=lambda: [RewardTerm(name="structure")], min_length=1
+        default_factory=lambda: [RewardTerm(name="structure")],
+        min_length=1,
+        description="Reward terms, summed with their weights (default: the structure reward).",
     )
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
@@ -408,8 +436,12 @@ def _explicit(value: Any) -> Any:
 
 
 class Experiment(_Strict):
-    apiVersion: Literal["sarl.dev/v1alpha1"] = API_VERSION
-    kind: Literal["Experiment"] = KIND
+    """A structure-aware RL training experiment (sarl.spec.experiment)."""
+
+    apiVersion: Literal["sarl.dev/v1alpha1"] = Field(
+        default=API_VERSION, description="Always sarl.dev/v1alpha1."
+    )
+    kind: Literal["Experiment"] = Field(default=KIND, description="Always Experiment.")
     metadata: Metadata
     spec: ExperimentSpec = Field(default_factory=ExperimentSpec)
 

@@ -127,8 +127,12 @@ class RLKDRewardSettings(BaseModel):
         default="nan", description="Outcome for a sample whose structure term failed."
     )
     max_concurrency: int = Field(default=8, ge=1, le=256, description="Samples scored at once.")
-    decompose_max_tokens: int | None = Field(default=4096, ge=1)
-    judge_max_tokens: int | None = Field(default=8, ge=1)
+    decompose_max_tokens: int | None = Field(
+        default=4096, ge=1, description="Token cap of a decomposition reply (null: the server's)."
+    )
+    judge_max_tokens: int | None = Field(
+        default=8, ge=1, description="Token cap of a judge's verdict reply (null: the server's)."
+    )
     teacher_cache_size: int = Field(default=4096, ge=0, description="Decomposed teachers kept.")
 
     @field_validator("outcome")
