@@ -258,12 +258,25 @@ def submit_command(
     interval: IntervalOpt = 10.0,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the objects the operator would create and the resource plan; create "
+            "nothing, need no cluster (see also sarl render).",
+        ),
+    ] = False,
 ) -> None:
     """Validate an Experiment (or a Study: every arm x seed) and create it on the cluster."""
     from sarl.cluster.documents import load_for_cluster
     from sarl.spec.overrides import load_with_sets
     from sarl.spec.study import is_study_document
 
+    if dry_run:
+        from sarl.cli.render import dry_run as print_dry_run
+
+        print_dry_run(experiment, sets, namespace)
+        return
     with _errors(), _named(experiment if sets else None):
         source: Path | dict[str, Any] = experiment
         data, _ = load_with_sets(experiment, sets)

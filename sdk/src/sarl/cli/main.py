@@ -26,6 +26,7 @@ from sarl.cli import (
     maps,
     models,
     plan,
+    render,
     reward,
     reward_diagnose,
     reward_score,
@@ -87,6 +88,7 @@ app.command("run")(run.run_command)
 app.command("validate")(run.validate_command)
 app.command("presets")(run.presets_command)
 app.command("plan")(plan.plan_command)
+app.command("render")(render.render_command)
 app.command("rewards")(run.rewards_command)
 app.command("compare")(compare.compare_command)
 app.command("submit")(cluster.submit_command)

@@ -1,0 +1,158 @@
+"""``sarl render FILE`` and ``sarl submit --dry-run``: the objects the operator would create for
+an Experiment or a Study, printed without a cluster, a kubeconfig or a network connection.
+
+Wired by :mod:`sarl.cli.main` (``render``) and :func:`sarl.cli.cluster.submit_command`
+(``--dry-run``). The objects come from the operator's own builders, which live in the
+``sarl-operator`` package: dependencies point into the sdk, never out of it, so the sdk finds
+them through the ``sarl.render`` entry point group (``sarl_operator.render:document_objects``)
+and never imports the operator by name. Without that package both commands exit 2 naming the
+``pip install`` to run. ``render`` prints the objects only (``-o yaml``: documents separated by
+``---``; ``-o json``: a ``List``, as ``kubectl ... -o json`` prints several objects), so its
+output can be piped to ``kubectl apply --dry-run=server -f -``; ``submit --dry-run`` adds the
+resource plan and what the rendering assumed as YAML comments after the objects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from enum import StrEnum
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated, Any, Final, Protocol
+
+import typer
+
+from sarl.cli.options import SetOpt, fail
+
+ENTRY_POINT_GROUP: Final = "sarl.render"
+NAMESPACE: Final = "default"
+
+
+class Output(StrEnum):
+    yaml = "yaml"
+    json = "json"
+
+
+class JobKind(StrEnum):
+    TrainJob = "TrainJob"
+    PyTorchJob = "PyTorchJob"
+
+
+class Rendered(Protocol):
+    """What the ``sarl.render`` entry point returns."""
+
+    objects: list[dict[str, Any]]
+    notes: list[str]
+
+
+Renderer = Callable[..., Rendered]
+
+OutputOpt = Annotated[
+    Output, typer.Option("--output", "-o", help="Print the objects as YAML or JSON.")
+]
+JobKindOpt = Annotated[
+    JobKind | None,
+    typer.Option(
+        "--job-kind",
+        help="Training job kind; default spec.resources.job_kind (auto: TrainJob where it can "
+        "carry the spec, as on a cluster serving both).",
+        show_default=False,
+    ),
+]
+RenderNamespaceOpt = Annotated[
+    str,
+    typer.Option(
+        "--namespace", "-n", help="Namespace the objects are rendered in.", metavar="NAME"
+    ),
+]
+
+
+def renderer() -> Renderer:
+    """The operator's ``document_objects`` (the ``sarl.render`` entry point); typer.Exit(2)
+    naming the package to install when none is."""
+    found = list(entry_points(group=ENTRY_POINT_GROUP))
+    if not found:
+        raise fail(
+            "rendering needs the operator's builders: pip install sarl-operator (from this "
+            "repository: pip install -e operators)"
+        )
+    loaded: Renderer = found[0].load()
+    return loaded
+
+
+def render_objects(
+    file: Path, sets: list[str] | None, namespace: str, job_kind: JobKind | None
+) -> tuple[Rendered, dict[str, Any]]:
+    """The rendered objects of ``file`` (edited by ``sets``) and the document; exit 2 with the
+    spec's one-line error when it is invalid."""
+    from sarl.spec.loader import SpecError
+    from sarl.spec.overrides import load_with_sets
+
+    render = renderer()
+    try:
+        data, _ = load_with_sets(file, sets)
+        source: Path | dict[str, Any] = data if sets else file
+        kind = None if job_kind is None else job_kind.value
+        return render(source, namespace, job_kind=kind), data
+    except SpecError as e:
+        raise fail(str(e)) from e
+    except ValueError as e:  # a builder refusing a field the chosen kind cannot carry
+        raise fail(f"{file}: {e}") from e
+
+
+def dump(objects: list[dict[str, Any]], output: Output) -> str:
+    """``objects`` as ``kubectl`` prints several: YAML documents, or a JSON ``List``."""
+    if output is Output.json:
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2)
+    import yaml
+
+    class _Plain(yaml.SafeDumper):
+        """No ``&id001`` anchors for objects the builders share between containers."""
+
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return yaml.dump_all(objects, Dumper=_Plain, sort_keys=False).rstrip("\n")
+
+
+def render_command(
+    file: Annotated[
+        Path,
+        typer.Argument(help="Experiment or Study YAML.", metavar="FILE", show_default=False),
+    ],
+    output: OutputOpt = Output.yaml,
+    namespace: RenderNamespaceOpt = NAMESPACE,
+    job_kind: JobKindOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Print the objects the operator would create for FILE, without a cluster.
+
+    The stored Experiment (or Study and its arm x seed Experiments), ConfigMaps,
+    NetworkPolicies, InferenceServices, the training job (TrainJob or PyTorchJob), the
+    evaluation Job and a Study's report Job, exactly as the operator's builders produce them."""
+    rendered, _ = render_objects(file, sets, namespace, job_kind)
+    typer.echo(dump(rendered.objects, output))
+
+
+def dry_run(
+    file: Path, sets: list[str] | None, namespace: str | None, job_kind: JobKind | None = None
+) -> None:
+    """``sarl submit --dry-run``: the objects as YAML, then the resource plan and the notes as
+    comments; creates nothing and reads no kubeconfig."""
+    from sarl.plan import plan_experiment, plan_study
+    from sarl.plan.render import experiment_text, study_text
+    from sarl.rewards.cluster_names import validating_for_cluster
+    from sarl.spec.loader import validate_document, validate_study
+    from sarl.spec.study import is_study_document
+
+    rendered, data = render_objects(file, sets, namespace or NAMESPACE, job_kind)
+    with validating_for_cluster(None):  # as submit validates: a dotted reward is not imported
+        if is_study_document(data):
+            text = study_text(plan_study(validate_study(data, str(file))))
+        else:
+            text = experiment_text(plan_experiment(validate_document(data, str(file))))
+    comments = [f"# {line}".rstrip() for line in ["dry run: nothing was created", *rendered.notes]]
+    comments += ["#", *(f"# {line}".rstrip() for line in text.splitlines())]
+    typer.echo(dump(rendered.objects, Output.yaml))
+    typer.echo("\n".join(["---", *comments]))
