@@ -81,11 +81,17 @@ class ExperimentCondition(BaseModel):
         description="Condition type: the training job's (Created, Running, Succeeded, Failed...) "
         "or the operator's (Ready, TrackingReady, Evaluated, Admitted...)."
     )
-    status: Literal["True", "False", "Unknown"]
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the type holds.")
     reason: str | None = Field(default=None, description="CamelCase reason of the last change.")
     message: str | None = Field(default=None, description="Human-readable detail.")
-    lastTransitionTime: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
-    observedGeneration: int | None = Field(default=None, ge=0)
+    lastTransitionTime: str | None = Field(
+        default=None,
+        json_schema_extra={"format": "date-time"},
+        description="When status last changed (RFC 3339).",
+    )
+    observedGeneration: int | None = Field(
+        default=None, ge=0, description="metadata.generation the condition was set for."
+    )
 
 
 # The status is written by the operator, never by users, so it is not part of sarl.spec (the
@@ -103,6 +109,7 @@ class ExperimentStatus(BaseModel):
     )
     conditions: list[ExperimentCondition] = Field(
         default_factory=list,
+        description="The latest observation of each condition type.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
@@ -219,12 +226,15 @@ class StudyStatus(BaseModel):
     )
     conditions: list[ExperimentCondition] = Field(
         default_factory=list,
+        description="The latest observation of each condition type.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
         },
     )
-    observedGeneration: int | None = Field(default=None, ge=0)
+    observedGeneration: int | None = Field(
+        default=None, ge=0, description="metadata.generation the status describes."
+    )
     total: int | None = Field(default=None, ge=0, description="Arm x seed runs of the Study.")
     pending: int | None = Field(default=None, ge=0, description="Runs not yet started.")
     running: int | None = Field(default=None, ge=0, description="Runs in progress.")
