@@ -310,6 +310,9 @@ def build_router(model: EmbeddingModel) -> APIRouter:
             raise
 
     async def create_embedding(request: Request) -> Response:
+        """OpenAI embeddings: ``{"model"?, "input": str | [str], "encoding_format"?: "float" |
+        "base64", "dimensions"?}`` -> ``{"object": "list", "data": [{"object": "embedding",
+        "index", "embedding"}], "model", "usage"}``, one row per input in input order."""
         if not model.ready:
             raise not_ready(f"model {model.name!r}")
         payload = await bodies.read_json_object(request)
@@ -339,6 +342,8 @@ def build_router(model: EmbeddingModel) -> APIRouter:
         return Response(body, media_type="application/json")
 
     async def list_models() -> Response:
+        """OpenAI model list (``{"object": "list", "data": [card]}``) of the one served model,
+        with KServe V1's ``"models": [name]`` beside it."""
         card = {
             "id": model.name,
             "object": "model",

@@ -294,6 +294,9 @@ def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:
             metrics.errors.labels(reward=label, type=kind).inc()
 
     async def score(name: str, request: Request) -> Response:
+        """Score with reward ``name``: ``{"requests": [item, ...], "settings"?: {...}}`` ->
+        ``{"results": [...]}``, one entry per item in order: its result or ``{"error":
+        "requests[i]: ..."}`` (a bad item never fails the others)."""
         if not model.ready:
             raise not_ready("reward service")
         check_reward(name)
@@ -312,6 +315,7 @@ def build_router(model: RewardModel, metrics: RewardMetrics) -> APIRouter:
         return Response(orjson.dumps({"results": results}), media_type="application/json")
 
     async def list_rewards() -> Response:
+        """The registered reward names: ``{"rewards": [name, ...]}``."""
         return Response(orjson.dumps({"rewards": reward_names()}), media_type="application/json")
 
     router = APIRouter(route_class=service_route())
