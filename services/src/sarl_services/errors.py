@@ -51,16 +51,24 @@ class ServiceError(Exception):
 
 
 class BadRequest(ServiceError):
+    """400: the body or a field of it is invalid (not JSON, a wrong type, a value out of range);
+    ``param`` names the field."""
+
     status = 400
     kind = "invalid_request_error"
 
 
 class NotFound(ServiceError):
+    """404: no such route, model or reward; the message says what exists."""
+
     status = 404
     kind = "not_found_error"
 
 
 class PayloadTooLarge(ServiceError):
+    """413: over a size limit (body bytes, items, group size, expected work); the message names
+    the limit and its option."""
+
     status = 413
     kind = "request_too_large"
 
