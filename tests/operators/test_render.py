@@ -11,7 +11,6 @@ default namespace and an empty MLflow run id (the operator creates the run first
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -39,7 +38,7 @@ SETTINGS = Settings()
 NS = "default"
 
 
-def _sarl(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _sarl(tmp_path: Path, *args: str, python: bool = False) -> subprocess.CompletedProcess[str]:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
@@ -47,7 +46,7 @@ def _sarl(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env.update(HOME=str(home), HTTP_PROXY=closed, HTTPS_PROXY=closed, NO_PROXY="")
     env.update(http_proxy=closed, https_proxy=closed, no_proxy="")
     return subprocess.run(
-        [sys.executable, "-m", "sarl.cli.main", *args],
+        [sys.executable, *args] if python else [sys.executable, "-m", "sarl.cli.main", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -147,7 +146,8 @@ def test_a_custom_reward_renders_without_its_package(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     docs = _documents(proc.stdout)
     (job,) = [d for d in docs if d["kind"] == "TrainJob"]
-    assert importlib.util.find_spec("answer_length_reward") is None  # not installed here
+    absent = _sarl(tmp_path, "-c", "import answer_length_reward", python=True)
+    assert "No module named 'answer_length_reward'" in absent.stderr  # not installed here
     assert set(_images(job)) == {"registry.example.com/team/sarl-verl-answer-length:0.1.0"}
 
 
