@@ -126,3 +126,42 @@ def test_trains_locally_with_it(site: Path, tmp_path: Path) -> None:
     metrics = run.data.metrics
     assert 0.0 <= metrics["reward/answer_length"] <= 1.0
     assert metrics["answer_length/words"] > 0  # its component reached the tracking too
+
+
+CLUSTER_CHECK = """
+import sys
+from sarl.rewards.cluster_names import validating_for_cluster
+from sarl.rewards.registry import RewardConfigError, get_reward_class
+with validating_for_cluster(sys.argv[1:]):
+    try:
+        cls = get_reward_class("answer_length")
+        print("stand-in", cls.__name__, cls.name)
+    except RewardConfigError as e:
+        print("refused", e)
+print("imported" if "answer_length_reward" in sys.modules else "not imported")
+"""
+
+
+@pytest.mark.parametrize(
+    ("allowed", "first"),
+    [
+        ([], "refused reward: on a cluster a reward is a registered name"),
+        (["answer_length_reward"], "stand-in UnimportedReward answer_length_reward.reward:"),
+    ],
+)
+def test_on_a_cluster_its_name_is_its_path_never_imported(
+    site: Path, allowed: list[str], first: str
+) -> None:
+    """An installed entry point is checked on a cluster as the path it names (the platform's
+    allow-list decides) and never imported, like a dotted name in the spec."""
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{SDK_SRC}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", CLUSTER_CHECK, *allowed],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(first) and lines[1] == "not imported"
