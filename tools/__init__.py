@@ -1,0 +1,1 @@
+"""Repository tools that are not part of any installed package (run from the repository root)."""
