@@ -17,7 +17,8 @@ It starts a real ``mlflow server`` on a SQLite store in a temporary folder and f
   training (:func:`log_study_runs`; used by ``tests/browser/test_mlflow_ui.py``).
 
 Then a fresh headless Chromium (nothing remembered, as on a first visit; :mod:`tests.browser.cdp`)
-opens the pages and clicks where the README says to click, writing into ``--out``:
+opens the pages and clicks where docs/getting-started/report-and-mlflow.md says to click,
+writing into ``--out``:
 
 1. ``01-experiment-link.png``: the experiment's plain link, as the experiment list opens it;
 2. ``02-runs.png``: the link sarl prints (``?workflowType=machine_learning``): the Runs table;

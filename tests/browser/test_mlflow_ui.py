@@ -53,7 +53,8 @@ def test_the_plain_link_still_opens_genai_in_mlflow_3_17(
 ) -> None:
     """MLflow 3.17.2 ignores the experiment-kind tag for the layout (a global switch decides,
     GenAI by default): why sarl's links carry ``workflowType``. If this fails, MLflow honours
-    the tag now and the README's "click Model training" step can go."""
+    the tag now and the "click Model training" step of
+    docs/getting-started/report-and-mlflow.md can go."""
     base, found, page = ui
     page.goto(f"{base}/#/experiments/{found.experiment_id}")
     page.wait_for_text("Overview")
