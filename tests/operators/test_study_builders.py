@@ -94,8 +94,15 @@ def test_fan_out_names_labels_tags_and_owner() -> None:
         "fan-low-s1",
         "fan-high-s1",
     ]
-    for obj, (arm, seed) in zip(
-        objs, [("low", 0), ("high", 0), ("low", 1), ("high", 1)], strict=True
+    for obj, (arm, seed, colour) in zip(
+        objs,
+        [
+            ("low", 0, "#0072B2"),
+            ("high", 0, "#E69F00"),
+            ("low", 1, "#0072B2"),
+            ("high", 1, "#E69F00"),
+        ],
+        strict=True,
     ):
         assert obj["kind"] == "Experiment" and obj["metadata"]["namespace"] == NAMESPACE
         assert obj["metadata"]["labels"] == {
@@ -116,6 +123,7 @@ def test_fan_out_names_labels_tags_and_owner() -> None:
         tracking = obj["spec"]["tracking"]
         assert tracking["experiment_name"] == "fan"
         assert tracking["tags"] == {
+            "mlflow.runColor": colour,  # the arm's colour in MLflow's chart view (issue 40)
             "sarl.study": "fan",
             "arm": arm,
             "seed": str(seed),

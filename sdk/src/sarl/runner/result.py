@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sarl import display
-from sarl.tracking.describe import ui_url
+from sarl.tracking.describe import LOCAL_UI, browse_lines, ui_url
 from sarl.tracking.metrics import ACCURACY, ENTROPY, KL, RESPONSE_LENGTH, REWARD_MEAN
 
 if TYPE_CHECKING:
@@ -35,8 +35,6 @@ HEADLINE_METRICS = (
     ENTROPY,
 )
 _MAP_DIR = re.compile(r"^maps/step-(\d+)$")
-#: Where ``mlflow ui`` serves by default (the line a local run prints after "browse it").
-LOCAL_UI = "http://127.0.0.1:5000"
 
 
 def refused_records(tracker: Tracker | None) -> int:
@@ -145,12 +143,11 @@ class RunResult(display.Rendered):
         elif self.resumed_from is not None:
             what += f" (resumed from step {self.resumed_from})"
         lines = [f"MLflow run {self.run_id} at {self.run_url or self.tracking_uri}"]
-        if self.run_url is None and self.tracking_uri.startswith("sqlite:///"):
-            lines.append(f"browse it: mlflow ui --backend-store-uri {self.tracking_uri}")
-            if self.experiment_id is not None:
-                # The link opens MLflow's model-training layout (its UI defaults to GenAI).
-                page = ui_url(LOCAL_UI, self.experiment_id, self.run_id)
-                lines.append(f"then open {page}")
+        if self.run_url is None:
+            # The link opens MLflow's model-training layout (its UI defaults to GenAI).
+            eid = self.experiment_id
+            pages = [] if eid is None else [("this run", ui_url(LOCAL_UI, eid, self.run_id))]
+            lines += browse_lines(self.tracking_uri, pages)
         lines.append(f"checkpoints: {self.checkpoint_uri}")
         if self.upload_pending:
             lines.append(

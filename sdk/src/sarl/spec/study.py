@@ -52,6 +52,29 @@ TAG_STUDY: Final = "sarl.study"
 TAG_ARM: Final = "arm"
 TAG_SEED: Final = "seed"
 TAG_ROLE: Final = "sarl.role"  # "study" on the parent run, "arm" on the runs
+#: The run tag MLflow's UI colours a run by in its runs table and chart view (MLflow 3.17.2's UI
+#: bundle, mlflow/server/js/build/static/js/main.*.js: the run-colour reducer reads tag
+#: ``mlflow.runColor`` of every run it loads, and the colour picker writes it). Every seed of an
+#: arm gets the arm's colour, so the chart view tells arms apart (issue 40 item 4).
+TAG_COLOR: Final = "mlflow.runColor"
+#: One colour per arm, in the arms' order: Okabe & Ito's colour-blind-safe palette ("Color
+#: Universal Design", 2008), blue and orange first (the pair most viewers tell apart), yellow
+#: last (faint on white). The report's curves.png uses the same colours (sarl.study.plot).
+ARM_COLORS: Final = (
+    "#0072B2",  # blue
+    "#E69F00",  # orange
+    "#009E73",  # bluish green
+    "#D55E00",  # vermillion
+    "#CC79A7",  # reddish purple
+    "#56B4E9",  # sky blue
+    "#000000",  # black
+    "#F0E442",  # yellow
+)
+
+
+def arm_color(index: int) -> str:
+    """The colour of the arm at ``index`` in the Study's arms (the palette repeats after 8)."""
+    return ARM_COLORS[index % len(ARM_COLORS)]
 
 
 class StudyFieldError(ValueError):
@@ -262,7 +285,8 @@ class Study(_Strict):
 
         Each is named ``<study>-<arm>-s<seed>``, labelled with the study, arm and seed, logs to
         the MLflow experiment named after the Study (so its runs can nest under the Study's
-        parent run, ``parent_run_id``) with tags ``arm``, ``seed``, ``sarl.study``.
+        parent run, ``parent_run_id``) with tags ``arm``, ``seed``, ``sarl.study`` and the arm's
+        colour in MLflow's UI (:data:`TAG_COLOR`, one per arm, see :func:`arm_color`).
         """
         out: list[StudyRun] = []
         for seed in self.spec.seeds:
@@ -275,6 +299,7 @@ class Study(_Strict):
     ) -> Experiment:
         spec = arm_spec(self.spec.base, arm, index=index)
         tags = {
+            TAG_COLOR: arm_color(index),  # a colour the spec sets itself wins
             **spec.tracking.tags,
             TAG_STUDY: self.name,
             TAG_ARM: arm.name,

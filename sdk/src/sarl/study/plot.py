@@ -171,19 +171,19 @@ def curves_figure(
 
     Raises ``ValueError`` when ``histories`` is empty (nothing to draw).
     """
-    from matplotlib import colormaps
-
     from sarl.display import figure
+    from sarl.spec.study import arm_color
 
     if not histories:
         raise ValueError("no runs to plot: the Study has no FINISHED runs")
     order = list(dict.fromkeys([*arms, *(h.arm for h in histories)]))
+    # The colours MLflow's chart view shows for these arms (tag mlflow.runColor, by the arm's
+    # place in the Study, before arms without runs drop out).
+    colors = {arm: arm_color(i) for i, arm in enumerate(order)}
     by_arm = {arm: [h for h in histories if h.arm == arm] for arm in order}
     order = [arm for arm in order if by_arm[arm]]
     benchmark = benchmark or infer_benchmark(histories)
     k = k if k is not None else infer_k(histories, _DEFAULT_K, benchmark)
-    palette = colormaps["tab10"]
-    colors = {arm: palette(i % 10) for i, arm in enumerate(order)}
     window = smoothing_window(_training_steps(histories))
 
     by_arm = {arm: [with_pair_auroc(h) for h in runs] for arm, runs in by_arm.items()}

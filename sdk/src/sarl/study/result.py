@@ -52,6 +52,7 @@ class StudyResult(display.Rendered):
     outcomes: list[RunOutcome] = field(default_factory=list)
     report: StudyReport | None = None
     out_dir: Path | None = None
+    experiment_id: str | None = None  # the MLflow experiment holding the parent and its runs
 
     @property
     def failed(self) -> list[RunOutcome]:
@@ -110,6 +111,20 @@ class StudyResult(display.Rendered):
             histories, self.report.arms, k=self.report.k, benchmark=self.report.benchmark
         )
 
+    def browse_lines(self) -> list[str]:
+        """How to see the Study in MLflow's UI: the ``mlflow ui`` command for a local store, the
+        experiment's chart view (one colour per arm) and each run's page
+        (:func:`sarl.tracking.describe.browse_lines`, as a local run prints)."""
+        from sarl.tracking.describe import browse_lines, chart_url, ui_base, ui_url
+
+        base = ui_base(self.tracking_uri)
+        if base is None or self.experiment_id is None:
+            return []
+        eid = self.experiment_id
+        pages = [(f"Study {self.study}: chart view, one colour per arm", chart_url(base, eid))]
+        pages += [(f"run {o.name}", ui_url(base, eid, o.run_id)) for o in self.outcomes if o.run_id]
+        return browse_lines(self.tracking_uri, pages)
+
     # -- rendering -------------------------------------------------------------------------------
 
     def _section(self) -> display.Section:
@@ -118,6 +133,7 @@ class StudyResult(display.Rendered):
             counts[o.status] = counts.get(o.status, 0) + 1
         tally = ", ".join(f"{n} {status}" for status, n in counts.items()) or "none"
         lines = [f"MLflow parent run {self.parent_run_id} at {self.tracking_uri}"]
+        lines += self.browse_lines()
         tables: list[display.Table] = []
         if self.report is not None:
             tables += _report_tables(self.report)

@@ -80,7 +80,9 @@ def run_study(study: Study, opts: StudyOptions | None = None) -> StudyResult:
     # SIGTERM/SIGHUP end the Study as Ctrl-C does: runs stopped, parent run closed KILLED.
     with signals_interrupt():
         parent = open_parent_run(study, tracking_uri)
-        result = StudyResult(study.name, parent.run_id, tracking_uri)
+        result = StudyResult(
+            study.name, parent.run_id, tracking_uri, experiment_id=parent.experiment_id
+        )
         try:
             runs = [
                 _with_checkpoints(r, study, parent.run_id, opts) for r in study.runs(parent.run_id)

@@ -16,7 +16,9 @@ What MLflow 3.17.2 does with them (read in its UI bundle, ``mlflow/server/js/bui
   GenAI); the query parameter ``workflowType=machine_learning`` sets it for the page it opens.
   So sarl sets the tag (the UI's code path for it is still there, taken when that flag is off,
   and tools list experiments by it) *and* puts :data:`UI_TRAINING_QUERY` on every UI link it
-  prints (:func:`ui_url`).
+  prints (:func:`ui_url`). Where a Study's arms are compared, the link adds
+  :data:`CHART_VIEW_QUERY` (:func:`chart_url`); the arms' colours there are run tags
+  (``sarl.spec.study.TAG_COLOR``).
 - ``mlflow.note.content`` is the description of an experiment or a run (Markdown), shown on its
   page and in the runs table's "Description" column.
 - Runs group and compare by params or tags (the runs table's "Group by", the compare view's
@@ -26,8 +28,9 @@ What MLflow 3.17.2 does with them (read in its UI bundle, ``mlflow/server/js/bui
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
 
 from sarl.spec.study import TAG_ARM, TAG_ROLE, TAG_SEED, TAG_STUDY
 
@@ -42,6 +45,12 @@ MODEL_TRAINING_KIND: Final = "custom_model_development"
 NOTE_TAG: Final = "mlflow.note.content"
 #: Opens a page of MLflow's UI (3.17) in its model-training layout (see the module docstring).
 UI_TRAINING_QUERY: Final = "workflowType=machine_learning"
+#: Opens an experiment's runs in the chart view: MLflow 3.17.2's experiment page reads its view
+#: from the query parameter ``compareRunsMode`` (``TABLE`` by default; ``CHART``, ``ARTIFACT``;
+#: hook ``useExperimentPageViewMode`` in ``mlflow/server/js/build/static/js/2809.*.chunk.js``).
+CHART_VIEW_QUERY: Final = "compareRunsMode=CHART"
+#: Where ``mlflow ui`` serves by default (``mlflow ui --help``: host 127.0.0.1, port 5000).
+LOCAL_UI: Final = "http://127.0.0.1:5000"
 #: MLflow's limit on a tag value is 8,000 characters; descriptions stay far below it.
 _MAX_DESCRIPTION = 4000
 
@@ -60,6 +69,37 @@ def ui_url(base: str, experiment_id: str, run_id: str | None = None) -> str:
     ``<base>/#/experiments/<eid>/runs[/<rid>]?workflowType=machine_learning``."""
     page = f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
     return f"{page}/{run_id}?{UI_TRAINING_QUERY}" if run_id else f"{page}?{UI_TRAINING_QUERY}"
+
+
+def chart_url(base: str, experiment_id: str) -> str:
+    """The experiment's runs in MLflow's chart view (one line per run, in its arm's colour):
+    :func:`ui_url` plus :data:`CHART_VIEW_QUERY`."""
+    return f"{ui_url(base, experiment_id)}&{CHART_VIEW_QUERY}"
+
+
+def ui_base(tracking_uri: str) -> str | None:
+    """Where MLflow's UI for ``tracking_uri`` is: the server itself (``http(s)://``), or
+    :data:`LOCAL_UI` where ``mlflow ui`` serves a local SQLite store; ``None`` for other stores."""
+    scheme = urlsplit(tracking_uri).scheme
+    if scheme in ("http", "https"):
+        return tracking_uri.rstrip("/")
+    return LOCAL_UI if scheme == "sqlite" else None
+
+
+def browse_lines(tracking_uri: str, pages: Sequence[tuple[str, str]]) -> list[str]:
+    """How to see runs in MLflow's UI: for a local SQLite store first the ``mlflow ui`` command
+    that serves it, then one ``[then] open <url> (<what>)`` line per page (``pages``: what it
+    shows and its URL under :func:`ui_base`). Empty for a store without a UI (a ``file:`` store).
+
+    Called by the summaries of a local run and of a local Study, so both print one format."""
+    if ui_base(tracking_uri) is None:
+        return []
+    lines = []
+    lead = "open"
+    if tracking_uri.startswith("sqlite:"):
+        lines.append(f"browse it: mlflow ui --backend-store-uri {tracking_uri}")
+        lead = "then open"
+    return lines + [f"{lead} {url} ({what})" for what, url in pages]
 
 
 def experiment_tags(description: str) -> dict[str, str]:
@@ -138,15 +178,20 @@ def _cut(text: str) -> str:
 
 __all__ = [
     "ARMS_HOWTO",
+    "CHART_VIEW_QUERY",
     "EXPERIMENT_KIND_TAG",
+    "LOCAL_UI",
     "MODEL_TRAINING_KIND",
     "NOTE_TAG",
     "UI_TRAINING_QUERY",
+    "browse_lines",
+    "chart_url",
     "experiment_description",
     "experiment_tags",
     "missing_experiment_tags",
     "run_description",
     "study_description",
     "study_run_params",
+    "ui_base",
     "ui_url",
 ]
