@@ -180,9 +180,8 @@ def _tracker(exp: Experiment, origin: str, spool_root: Path) -> Iterator[Any]:
     end the job waits ``SARL_TRACKING_FINISH_WAIT_S`` for the drain, and what is still spooled
     then is named in one warning line with the ``sarl tracking flush`` command that sends it.
     """
-    import yaml
 
-    from sarl.spec.secrets import redact
+    from sarl.spec.loggable import logged_experiment
     from sarl.tracking.store import default_tracking_uri, make_client, preflight
     from sarl.tracking.tracker import Tracker, flatten_params
 
@@ -195,12 +194,13 @@ def _tracker(exp: Experiment, origin: str, spool_root: Path) -> Iterator[Any]:
     tags = {"sarl.eval.model": origin[:5000]}
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
-        spec = redact(exp.model_dump(mode="json"))  # params and the spec artifact
+        # params and the spec artifact: allow-listed fields only (issue 38 item 8), redacted
+        params, spec_yaml = logged_experiment(exp.model_dump(mode="json"))
         tracking = exp.spec.tracking
         with Tracker.start(
             uri, tracking.experiment_name or exp.name, f"{exp.name}-eval",
             tags={**tracking.tags, **tags, "sarl.kind": "evaluation"},
-            params=flatten_params(spec["spec"]), spec_yaml=yaml.safe_dump(spec, sort_keys=False),
+            params=flatten_params(params), spec_yaml=spec_yaml,
             spool_root=spool_root,
             description=f"Evaluation of {origin[:500]} ({exp.name!r}'s benchmarks).",
         ) as tracker:  # fmt: skip

@@ -137,6 +137,7 @@ def open_parent_run(study: Study, tracking_uri: str) -> Any:
     the experiment it creates says where to click to see the arms)."""
     import yaml
 
+    from sarl.spec.loggable import DOCUMENT_NOTE, loggable_study
     from sarl.spec.secrets import redact
     from sarl.tracking.describe import experiment_description, study_description
     from sarl.tracking.store import guarded, make_client
@@ -166,7 +167,8 @@ def open_parent_run(study: Study, tracking_uri: str) -> Any:
         )
         if found:
             return Tracker.resume(tracking_uri, found[0].info.run_id)
-    doc = redact(study.model_dump(mode="json"))  # the stored Study document
+    # The stored Study document: its allow-listed fields only (issue 38 item 8), redacted.
+    doc = redact(loggable_study(study.model_dump(mode="json")))
     return Tracker.start(
         tracking_uri,
         study.mlflow_experiment,
@@ -175,7 +177,7 @@ def open_parent_run(study: Study, tracking_uri: str) -> Any:
         params=flatten_params(
             {"arms": [a.name for a in study.spec.arms], "seeds": study.spec.seeds}
         ),
-        spec_yaml=yaml.safe_dump(doc, sort_keys=False),
+        spec_yaml=DOCUMENT_NOTE + yaml.safe_dump(doc, sort_keys=False),
         spec_artifact=STUDY_SPEC_ARTIFACT,
         description=study_description(study),
         experiment_description=experiment_description(study.mlflow_experiment, study),

@@ -215,21 +215,21 @@ class Tracker:
         """A new run of the Experiment ``exp``, as sarl's trainers start one (tag
         ``sarl.backend=<backend>``): named after it, in MLflow experiment
         ``tracking.experiment_name`` (default: its name), with ``tracking.tags``, the redacted
-        spec flattened as params (plus ``arm`` and ``seed`` for a Study's run) and stored at
+        spec's allow-listed fields (:mod:`sarl.spec.loggable`) flattened as params (plus
+        ``arm`` and ``seed`` for a Study's run) and stored at
         ``spec/experiment.yaml``, and a description saying what it is."""
-        import yaml
-
+        from sarl.spec.loggable import logged_experiment
         from sarl.tracking.describe import run_description, study_run_params
 
-        spec = redact(exp.model_dump(mode="json"))
+        params, spec_yaml = logged_experiment(exp.model_dump(mode="json"))  # issue 38 item 8
         tracking = exp.spec.tracking
         return cls.start(
             uri,
             tracking.experiment_name or exp.name,
             exp.name,
             tags={**tracking.tags, "sarl.backend": backend},
-            params={**flatten_params(spec["spec"]), **study_run_params(tracking.tags)},
-            spec_yaml=yaml.safe_dump(spec, sort_keys=False),
+            params={**flatten_params(params), **study_run_params(tracking.tags)},
+            spec_yaml=spec_yaml,
             spool_root=spool_root,
             settings=settings,
             description=run_description(exp),
