@@ -99,7 +99,7 @@ log = logging.getLogger(__name__)
 
 PLURAL: Final = "experiments"
 KIND: Final = "Experiment"
-#: What to install when the cluster does not serve a child's kind (README: cluster section).
+#: What to install when the cluster does not serve a child's kind (docs/cluster/install.md).
 REQUIREMENTS: Final[Mapping[str, str]] = {
     "PyTorchJob": "the Kubeflow Training Operator v1.7 or later (v1.9.0 tested), e.g. "
     "kubectl apply --server-side -k "

@@ -96,7 +96,7 @@ def _qwen25(
     )
 
 
-#: Architectures of the models the presets, examples and README name, from each model's
+#: Architectures of the models the presets, examples and docs name, from each model's
 #: ``config.json`` on the Hub (hidden_size, num_hidden_layers, num_attention_heads,
 #: num_key_value_heads, head_dim, intermediate_size, vocab_size, tie_word_embeddings).
 KNOWN: Final[dict[str, ModelShape]] = {

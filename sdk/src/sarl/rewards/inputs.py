@@ -3,7 +3,8 @@
 Called by ``sarl reward score`` to check every line for the fields its reward needs *before*
 scoring, so a line without them is that line's error and never fails the group it belongs to
 (a reward raising for one member would fail its whole group), and to say in ``--help`` and the
-README what a line must hold. The table lives here rather than on the reward classes because it
+docs (how-to/score-traces.md) what a line must hold. The table lives here rather than on the
+reward classes because it
 describes the JSON text contract (:mod:`sarl.rewards.samples`), not the scoring; a reward that is
 not in it (a dotted-path user reward) needs ``response`` only, and its own errors still land on
 the lines or groups that caused them.

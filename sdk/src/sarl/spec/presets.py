@@ -15,7 +15,7 @@ from sarl.spec.suggest import FieldError, did_you_mean
 # An empty url: on a cluster the operator serves the model itself (InferenceService
 # <name>-embedding, vLLM on KServe's Hugging Face runtime) and fills in its URL. To use the
 # sarl-inference chart's embedding service instead, restate the reward with its URL and served
-# model name (README, "Embeddings from the sarl-inference chart").
+# model name (docs/how-to/embedder-and-judge.md, "Embeddings from the sarl-inference chart").
 _PAPER_EMBEDDER = {
     "kind": "openai",
     "model": "Qwen/Qwen3-Embedding-0.6B",
@@ -32,8 +32,8 @@ _PAPER_EMBEDDER = {
 # 0.0001-0.008 with 10. Cost, one core, M 50-70: 0.6-0.8 ms/response with 1, 1.7-1.9 with 10,
 # so ~2.3 s more CPU per 256 x 8-rollout step, split over the reward's workers: nothing beside
 # generation. Restarts cannot settle responses without clear functions: on 60-step responses of
-# real step texts (bundled MiniLM) SR's sd over seeds stays ~0.057 at 1, 3 and 10 (README,
-# "Conventions chosen where the paper is silent").
+# real step texts (bundled MiniLM) SR's sd over seeds stays ~0.057 at 1, 3 and 10 (docs/concepts/
+# rewards.md, "Conventions chosen where the paper is silent").
 PAPER_KMEANS_N_INIT = 10
 
 # Shared by Tables 6 and 7 (rows equal in both settings and both algorithms).
@@ -122,8 +122,8 @@ _ALGORITHMS: dict[str, dict[str, Any]] = {
 
 _LOCAL: dict[str, Any] = {
     # Sized for a 2-core CPU (about 1-2 minutes a run after a ~30 s warm start shared by every
-    # run of a Study) and calibrated so that RL visibly works (README, "What the local Study
-    # shows"):
+    # run of a Study) and calibrated so that RL visibly works (docs/getting-started/
+    # local-study.md, "What the local Study shows"):
     # - task: two-operation arithmetic over 1..9 (a fact table a tiny model can learn);
     # - policy: warm-started by SFT on structured traces at their natural length (median ~80
     #   tokens, capped at 160) while RL may write only 80: about half of the warm-started

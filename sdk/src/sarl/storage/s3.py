@@ -23,8 +23,8 @@ time. The run's lock means no other live process saves this run, and this one ha
 save yet, so such an upload belongs to a save that is gone; an upload initiated later (a live
 save) is never touched. The times compare the server's clock with this machine's: a skew only
 makes an upload of a save killed within it wait for the next start. A bucket lifecycle rule
-(``AbortIncompleteMultipartUpload``, see the README) is the backstop for uploads no later run
-cleans (a run never started again, a key without permission to list uploads).
+(``AbortIncompleteMultipartUpload``, see docs/how-to/resume.md) is the backstop for uploads no
+later run cleans (a run never started again, a key without permission to list uploads).
 """
 
 from __future__ import annotations

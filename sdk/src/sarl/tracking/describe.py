@@ -55,7 +55,8 @@ LOCAL_UI: Final = "http://127.0.0.1:5000"
 _MAX_DESCRIPTION = 4000
 
 #: Where a person clicks to see a Study's arms (first in the experiment's description, which
-#: MLflow shows above the runs table folded to two lines; and in the README).
+#: MLflow shows above the runs table folded to two lines; and in
+#: docs/getting-started/report-and-mlflow.md).
 ARMS_HOWTO: Final = (
     "**See the arms:** Group by → `arm` (above the table), or expand the Study's parent row "
     "(+ before its name); the chart view (second icon) then draws one line per arm, the mean "
