@@ -165,3 +165,61 @@ def test_on_a_cluster_its_name_is_its_path_never_imported(
     )
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(first) and lines[1] == "not imported"
+
+
+PAGE = EXAMPLES.parent / "docs" / "how-to" / "add-a-reward.md"
+
+
+def _blocks(language: str) -> list[str]:
+    """The fenced ``language`` blocks of the page, dedented."""
+    import re
+    import textwrap
+
+    fence = re.compile(r"^( *)```" + language + r"\n(.*?)^\1```", re.S | re.M)
+    return [textwrap.dedent(m.group(2)) for m in fence.finditer(PAGE.read_text())]
+
+
+def test_the_page_shows_the_example_files_as_they_are() -> None:
+    reward = PACKAGE / "src" / "answer_length_reward" / "reward.py"
+    assert _blocks("python")[0] == reward.read_text()
+    assert _blocks("toml")[0] in (PACKAGE / "pyproject.toml").read_text()
+    assert _blocks("dockerfile") == [(PACKAGE / "Dockerfile").read_text()]
+
+
+def test_the_pages_test_snippet_runs(site: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{SDK_SRC}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _blocks("python")[1]],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=EXAMPLES.parent,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("[") and len(json.loads(proc.stdout)) > 1
+
+
+def test_the_pages_commands_run(site: Path, tmp_path: Path) -> None:
+    """Each ``sarl`` line of the page, from a directory holding ``examples/`` and the page's
+    ``settings.yaml``; ``pip install`` is the ``site`` fixture's, and ``sarl run --local`` is
+    :func:`test_trains_locally_with_it` (at a CI size)."""
+    (tmp_path / "examples").symlink_to(EXAMPLES, target_is_directory=True)
+    (tmp_path / "settings.yaml").write_text("target: 30\n")
+    lines = [x for block in _blocks("bash") for x in block.splitlines() if x.startswith("sarl ")]
+    assert len(lines) == 6 and sum("run" in x and "--local" in x for x in lines) == 1
+    for line in lines:
+        if "--local" in line:
+            continue
+        env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{SDK_SRC}"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "sarl.cli.main", *line.split()[1:]],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, f"{line}: {proc.stderr[-2000:]}"
