@@ -81,14 +81,20 @@ def _section(name: str, command: Command, ctx: Any, missing: list[str]) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+def app_reference(app: typer.Typer, prog: str) -> tuple[list[str], list[str]]:
+    """One section per command of ``app`` (named ``prog ...``) and the items without help."""
+    root = typer.main.get_command(app)
+    ctx = root.make_context(prog, [], resilient_parsing=True)
+    missing: list[str] = []
+    sections = [_section(name, cmd, ctx, missing) for name, cmd in _commands(root, prog)]
+    return sections, missing
+
+
 def cli_page() -> tuple[str, list[str]]:
     """The page and the commands/options without help text."""
     from sarl.cli.main import app
 
-    root = typer.main.get_command(app)
-    ctx = root.make_context("sarl", [], resilient_parsing=True)
-    missing: list[str] = []
-    sections = [_section(name, cmd, ctx, missing) for name, cmd in _commands(root, "sarl")]
+    sections, missing = app_reference(app, "sarl")
     intro = (
         "Every command of the `sarl` CLI with its options, as `sarl <command> --help` prints "
         "them. `-h` is `--help` everywhere. Commands added by installed plugins (`sarl serve` "

@@ -10,6 +10,7 @@ from pathlib import Path
 from tools.refdocs.cli_ref import cli_page
 from tools.refdocs.crd_ref import crd_page
 from tools.refdocs.helm_ref import helm_page
+from tools.refdocs.imports_ref import imports_page
 from tools.refdocs.python_api import python_api_page
 from tools.refdocs.services_ref import services_page
 from tools.refdocs.spec_ref import rewards_page, spec_page
@@ -28,4 +29,5 @@ PAGES: dict[str, Builder] = {
     "helm-values.md": partial(helm_page, ROOT),
     "services-api.md": services_page,
     "python-api.md": python_api_page,
+    "imports.md": partial(imports_page, ROOT),
 }

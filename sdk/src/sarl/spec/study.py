@@ -134,6 +134,8 @@ class StudyArm(_Strict):
 
 
 class StudySpec(_Strict):
+    """A base Experiment spec, the arms that override it, and the seeds every arm runs."""
+
     base: ExperimentSpec = Field(
         description="The Experiment spec every arm starts from (inline fields and/or a preset)."
     )
@@ -244,8 +246,12 @@ class StudyRun:
 
 
 class Study(_Strict):
-    apiVersion: Literal["sarl.dev/v1alpha1"] = API_VERSION
-    kind: Literal["Study"] = STUDY_KIND
+    """Arms x seeds of one base Experiment, compared in one report (sarl.spec.study)."""
+
+    apiVersion: Literal["sarl.dev/v1alpha1"] = Field(
+        default=API_VERSION, description="Always sarl.dev/v1alpha1."
+    )
+    kind: Literal["Study"] = Field(default=STUDY_KIND, description="Always Study.")
     metadata: Metadata
     spec: StudySpec
 
