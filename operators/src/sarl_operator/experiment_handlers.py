@@ -75,6 +75,7 @@ from sarl_operator.experiment_conditions import (
 from sarl_operator.kube import ForeignOwnerError, KubeApi, MissingApiError, controlled_by
 from sarl_operator.network_policies import network_policies
 from sarl_operator.platform_settings import DEFAULT_PLATFORM, Platform
+from sarl_operator.prerequisites import REQUIREMENTS
 from sarl_operator.reconcile import (
     GROUP,
     VERSION,
@@ -99,18 +100,6 @@ log = logging.getLogger(__name__)
 
 PLURAL: Final = "experiments"
 KIND: Final = "Experiment"
-#: What to install when the cluster does not serve a child's kind (docs/cluster/install.md).
-REQUIREMENTS: Final[Mapping[str, str]] = {
-    "PyTorchJob": "the Kubeflow Training Operator v1.7 or later (v1.9.0 tested), e.g. "
-    "kubectl apply --server-side -k "
-    '"github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0"',
-    "TrainJob": "Kubeflow Trainer v2.3.0, e.g. kubectl apply --server-side -k "
-    '"github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.3.0", and the '
-    f"ClusterTrainingRuntime {trainjob.RUNTIME_NAME} of the sarl-platform chart "
-    "(trainer.v2.runtime.enabled: true)",
-    "InferenceService": "KServe v0.17 or later with its huggingface ServingRuntime (the "
-    "operator serves embedding/judge models with vLLM --runner=pooling)",
-}
 #: Training job builder per kind (``spec.resources.job_kind``, ``status.jobKind``).
 JOB_BUILDERS: Final[Mapping[str, builders.JobBuilder]] = {
     "TrainJob": trainjob.TrainJobBuilder(),
