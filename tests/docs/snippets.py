@@ -148,8 +148,10 @@ def check_shell(words: list[str]) -> str | None:
         return check_helm(words[1:])
     if program == "kubectl" and "apply" in words and "-f" in words:
         return check_kubectl_apply(words)
-    if program == "pip" and words[1:3] == ["install", "-e"]:
-        return check_extras(words[3])
+    if program == "pip" and words[1:2] == ["install"] and len(words) > 2:
+        local = [w for w in words[2:] if w != "-e"]
+        if words[2] == "-e" or local[0].startswith(("./", "sdk", "services", "operators", "jobs")):
+            return check_extras(local[0])
     if program in ("python", "python3") and words[1:2] == ["-m"]:
         return check_module(words[2])
     if program in BUILTINS:
@@ -270,7 +272,8 @@ def check_kubectl_apply(words: list[str]) -> str | None:
 
 
 def check_extras(spec: str) -> str | None:
-    """``pip install -e 'sdk[a,b]'``: the package exists and declares every extra."""
+    """``pip install [-e] 'sdk[a,b]'`` of a package of this repository: the package exists and
+    declares every extra."""
     match = re.fullmatch(r"([\w./-]+)(?:\[([\w,-]+)\])?", spec)
     if not match or not (ROOT / match.group(1) / "pyproject.toml").exists():
         return f"pip install -e {spec}: no package there"

@@ -112,6 +112,7 @@ def _problems_in(tmp_path: Path, markdown: str) -> list[str]:
         ("helm install sarl charts/sarl-platform --set operator.nope=1", "operator.nope"),
         ("kubectl apply -f examples/missing.yaml", "examples/missing.yaml"),
         ("pip install -e 'sdk[cluster,nosuchextra]'", "nosuchextra"),
+        ("pip install ./examples/no_such_package", "no package there"),
         ("python -m sarl_jobs.no_such_module", "no such module"),
         ("crane copy a b", "unchecked crane copy a b"),
     ],
@@ -133,6 +134,7 @@ def test_the_checker_accepts_what_exists(tmp_path: Path) -> None:
           --set operator.image.repository=r,operator.image.tag=1
         kubectl apply -f examples/sarl-grpo-math.yaml
         pip install -e 'sdk[cluster,data]'
+        pip install ./sdk
         ```
 
         <!-- not-checked: needs a cluster -->
