@@ -10,7 +10,8 @@ Setup (skipped unless KUBECONFIG is set; see tests/conftest.py):
 * a cluster reachable through ``$KUBECONFIG`` (kind or k3d is enough: no GPU is needed, the
   test does not wait for training to finish), e.g. ``kind create cluster``;
 * the Kubeflow Training Operator (PyTorchJob CRD), e.g. ``kubectl apply --server-side -k
-  "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.2"``;
+  "github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.0"``
+  (docs/tutorials/first-cluster-run.md walks through this with kind);
 * the platform chart: ``helm install sarl charts/sarl-platform`` (CRD + operator);
 * ``SARL_E2E_NAMESPACE`` (default ``default``): an existing namespace the kubeconfig user may
   create Experiments in and read ConfigMaps, PyTorchJobs and pods of (a RoleBinding to the

@@ -142,9 +142,9 @@ def document_objects(
 
 
 def _notes(kinds: list[str], wanted: str | None) -> list[str]:
-    how = "as chosen" if wanted else "spec.resources.job_kind (auto: a cluster serving both)"
+    how = "--job-kind" if wanted else "spec.resources.job_kind; auto: as on a cluster serving both"
     return [
-        f"training job: {', '.join(kinds)} ({how}; --job-kind to choose)",
+        f"training job: {', '.join(kinds)} ({how}; --job-kind chooses)",
         "MLFLOW_RUN_ID is empty: the operator creates the MLflow run before the job",
         "ownerReferences are added by the operator when it applies each object",
         "images and settings: the sarl-platform chart's defaults",

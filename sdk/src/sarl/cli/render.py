@@ -86,7 +86,6 @@ def render_objects(
 ) -> tuple[Rendered, dict[str, Any]]:
     """The rendered objects of ``file`` (edited by ``sets``) and the document; exit 2 with the
     spec's one-line error when it is invalid."""
-    from sarl.spec.loader import SpecError
     from sarl.spec.overrides import load_with_sets
 
     render = renderer()
@@ -95,10 +94,11 @@ def render_objects(
         source: Path | dict[str, Any] = data if sets else file
         kind = None if job_kind is None else job_kind.value
         return render(source, namespace, job_kind=kind), data
-    except SpecError as e:
-        raise fail(str(e)) from e
-    except ValueError as e:  # a builder refusing a field the chosen kind cannot carry
-        raise fail(f"{file}: {e}") from e
+    except ValueError as e:  # SpecError included; a builder refusing a field for the kind
+        message = str(e)
+        # A document edited with --set is validated as a mapping, which has no name.
+        named = message if message.startswith((f"{file}:", "--set")) else f"{file}: {message}"
+        raise fail(named) from e
 
 
 def dump(objects: list[dict[str, Any]], output: Output) -> str:
