@@ -121,6 +121,8 @@ def test_a_helm_value_without_comment_is_missing(tmp_path: Path) -> None:
         ("`a | b` or <name>", "`a | b` or &lt;name&gt;"),
         ("host[:port][/path]", "host\\[:port\\]\\[/path]".replace("\\]", "]")),
         ("two\nlines", "two lines"),
+        ("never AWS_*, MLFLOW_*", "never AWS_\\*, MLFLOW_\\*"),
+        ("{key: [v]}", "\\{key: \\[v]}"),
     ],
 )
 def test_a_cell_cannot_break_its_table_or_hide_a_placeholder(text: str, expected: str) -> None:
