@@ -17,6 +17,7 @@ import typer
 from pydantic import BaseModel, Field
 
 from tools.refdocs.cli_ref import app_reference
+from tools.refdocs.griffe_roles import plain_roles
 from tools.refdocs.helm_ref import chart_section
 from tools.refdocs.markdown import GENERATED, cell
 from tools.refdocs.pages import PAGES, REFERENCE
@@ -127,3 +128,15 @@ def test_a_helm_value_without_comment_is_missing(tmp_path: Path) -> None:
 )
 def test_a_cell_cannot_break_its_table_or_hide_a_placeholder(text: str, expected: str) -> None:
     assert cell(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("see :class:`~sarl.cluster.ClusterClient`", "see `ClusterClient`"),
+        (":func:`sarl.compare` and :meth:`submit`", "`sarl.compare` and `submit`"),
+        ("``literal`` stays", "``literal`` stays"),
+    ],
+)
+def test_sphinx_roles_become_code(text: str, expected: str) -> None:
+    assert plain_roles(text) == expected
