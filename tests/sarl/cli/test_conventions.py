@@ -155,3 +155,21 @@ def test_rewards_are_listed_with_a_description() -> None:
     for line in lines:
         assert len(line.split()) > 4, line
     assert any(line.startswith("structure ") and "SR = C/2 + 1/(1+L)" in line for line in lines)
+
+
+def _bracketed(text: str) -> list[str]:
+    """``[...]`` spans of a help text as the reader must see them (Rich's ``\\[`` escape off)."""
+    return [m.replace("\\[", "[") for m in re.findall(r"\\?\[[^\]\n]*\]", text)]
+
+
+@pytest.mark.parametrize(("path", "cmd"), commands())
+def test_bracketed_help_text_is_shown(path: str, cmd: Any) -> None:
+    """Rich reads ``[low, high]`` as a markup tag and drops it unless escaped (``\\[``):
+    `sarl reward diagnose -h` lost its "[low, high]" line's subject (issue 40 item 6)."""
+    texts = [cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params)]
+    wanted = [span for text in texts for span in _bracketed(text)]
+    if not wanted:
+        return
+    shown = CliRunner().invoke(app, [*path.split()[1:], "-h"], env={"COLUMNS": "400"}).stdout
+    for span in wanted:
+        assert span in shown, (path, span)

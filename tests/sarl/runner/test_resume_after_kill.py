@@ -199,8 +199,7 @@ def test_sigkill_before_the_first_checkpoint_then_resume_continues_that_run(loca
     assert resumed.returncode == 0, resumed.stderr
     assert _assert_one_complete_run(local) == run.info.run_id
     # No checkpoint to resume from: said, not silent.
-    assert "resume: no complete checkpoint under" in resumed.stderr
-    assert f"starts from step 0 in MLflow run {run.info.run_id}" in resumed.stderr
+    assert f"starts from step 0 again in MLflow run {run.info.run_id}" in resumed.stderr
 
 
 def test_sigkill_mid_save_then_resume_removes_leftovers_and_logs_steps_once(
@@ -234,6 +233,8 @@ def test_sigterm_closes_the_run_killed_and_removes_the_partial_save(local: Local
     stopped = local.stop_at("mid_save", 2, signal.SIGTERM)
     assert stopped.returncode == 128 + signal.SIGTERM
     assert "stopped by SIGTERM" in stopped.stderr and "--resume" in stopped.stderr
+    # The hint resumes against the same store: the options that selected it (issue 40 item 6).
+    assert f"--workdir {local.workdir} --tracking-uri {local.uri}`" in stopped.stderr
     (run,) = local.runs()
     assert run.info.status == "KILLED"
     assert local.steps(run.info.run_id)["reward/mean"] == [1, 2]

@@ -100,10 +100,11 @@ def test_a_study_is_edited_with_study_paths() -> None:
             "--set spec.algoritm.max_steps: spec has no field 'algoritm'; did you mean "
             "'algorithm'?",
         ),
+        ("foo=1", "--set foo: no field 'foo' at the top or under spec; known: algorithm, "),
         (
-            "foo=1",
-            "--set foo: the document has no field 'foo'; known fields: apiVersion, kind, "
-            "metadata, spec",
+            "algoritm.max_steps=5",
+            "--set algoritm.max_steps: no field 'algoritm' at the top or under spec; did you mean "
+            "'algorithm'?",
         ),
         ("spec.algorithm", "--set: expected KEY=VALUE (e.g. --set spec.algorithm.max_steps=5)"),
         ("=5", "--set: expected KEY=VALUE"),
@@ -135,3 +136,44 @@ def test_a_value_is_never_echoed_in_a_set_error() -> None:
         with pytest.raises(SpecError) as info:
             apply_sets(doc(), [item])
         assert secret not in str(info.value)
+
+
+def test_keys_may_leave_out_the_spec_prefix() -> None:
+    """Issue 40 item 7: ``algorithm.max_steps=5`` is ``spec.algorithm.max_steps=5`` (and under
+    a Study's ``spec.base``), since only that place has an ``algorithm`` field."""
+    assert apply_sets(doc(), ["algorithm.max_steps=5", "reward[0].weight=2"]) == apply_sets(
+        doc(), ["spec.algorithm.max_steps=5", "spec.reward[0].weight=2"]
+    )
+    study = {
+        "kind": "Study",
+        "metadata": {"name": "s"},
+        "spec": {"base": {"preset": "local-grpo-arithmetic"}, "arms": [{"name": "a"}]},
+    }
+    edited = apply_sets(study, ["algorithm.max_steps=3", "seeds=[0, 1]"])
+    assert edited["spec"]["base"]["algorithm"] == {"max_steps": 3}
+    assert edited["spec"]["seeds"] == [0, 1]
+    assert apply_sets(doc(), ["metadata.name=y"])["metadata"]["name"] == "y"  # the top first
+
+
+def test_a_key_two_places_have_is_refused_naming_both() -> None:
+    """Exactly one place must have the first field; the Experiment and Study models have no
+    such overlap, so a document model that does (``spec.x`` and ``spec.base.x``) shows it."""
+    from pydantic import BaseModel
+
+    from sarl.spec.overrides import with_prefix
+
+    class Base(BaseModel):
+        x: int = 0
+
+    class Spec(BaseModel):
+        base: Base = Base()
+        x: int = 0
+
+    class Doc(BaseModel):
+        spec: Spec = Spec()
+
+    with pytest.raises(SpecError) as info:
+        with_prefix(Doc, ("x",), "x")
+    assert str(info.value) == (
+        "--set x: 'x' is a field of several places; write --set spec.x=... or --set spec.base.x=..."
+    )

@@ -161,7 +161,7 @@ def diagnose_command(
     pooled AUROC = P(a correct response scores above an incorrect one), 0.5 = chance;
     pair agreement, pair ties = the pairs ordered right, tied;
     vs trivial = minus the strongest trivial predictor ("below trivial": not beaten);
-    [low, high] = bootstrap interval over prompts (a warning under 20 prompts with pairs);
+    \\[low, high] = bootstrap interval over prompts (a warning under 20 prompts with pairs);
     n, prompts, pairs = responses with a value, prompts with pairs / with a value, pairs.
     A response is correct when its last \\boxed{} answer equals the truth.
 

@@ -57,11 +57,23 @@ def _experiment(source: Path, sets: list[str] | None) -> Experiment:
         raise fail(str(e)) from e
 
 
-def _again(experiment: Path, sets: list[str] | None, *flags: str) -> str:
-    """The command line that runs the same document again (``--set`` included), quoted."""
+def _again(
+    experiment: Path,
+    sets: list[str] | None,
+    *flags: str,
+    workdir: Path | None = None,
+    tracking_uri: str | None = None,
+) -> str:
+    """The command line that runs the same document again, quoted: ``--set`` and the options
+    that select the store (``--workdir``, ``--tracking-uri``) as given, so a resume finds the
+    run it continues (without them it would look in another store)."""
     import shlex
 
     extra = [arg for item in sets or () for arg in ("--set", item)]
+    if workdir is not None and workdir != DEFAULT_WORKDIR:
+        extra += ["--workdir", str(workdir)]
+    if tracking_uri is not None:
+        extra += ["--tracking-uri", tracking_uri]
     return shlex.join(["sarl", "run", str(experiment), *flags, *extra])
 
 
@@ -116,14 +128,18 @@ def run_command(
         raise fail(str(e)) from e
     except (StorageError, TrackingError, RunFailed) as e:
         # `sarl run --local --resume` in a fault's line is this document's command line.
-        again = _again(experiment, sets, "--local", "--resume")
+        again = _again(
+            experiment, sets, "--local", "--resume", workdir=workdir, tracking_uri=tracking_uri
+        )
         typer.echo(f"error: {str(e).replace('sarl run --local --resume', again)}", err=True)
         raise typer.Exit(code=1) from e
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (Terminated)
         signum = e.signum if isinstance(e, Terminated) else 2  # SIGINT
+        again = _again(
+            experiment, sets, "--local", "--resume", workdir=workdir, tracking_uri=tracking_uri
+        )
         typer.echo(
-            f"{exp.name}: {e or 'interrupted'} (MLflow run closed KILLED); continue with "
-            f"`{_again(experiment, sets, '--local', '--resume')}`",
+            f"{exp.name}: {e or 'interrupted'} (MLflow run closed KILLED); continue with `{again}`",
             err=True,
         )
         raise typer.Exit(code=128 + signum) from e
@@ -144,7 +160,9 @@ def run_command(
             err=True,
         )
     if result.upload_pending:
-        again = _again(experiment, sets, "--local", "--resume")
+        again = _again(
+            experiment, sets, "--local", "--resume", workdir=workdir, tracking_uri=tracking_uri
+        )
         typer.echo(
             f"warning: training finished but the store did not take its last checkpoint; it is "
             f"kept at {result.upload_pending}: upload it with `{again}`",

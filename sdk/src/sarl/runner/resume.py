@@ -103,3 +103,19 @@ def planned_steps(trainer: Any) -> int:
     accumulation: int = args.gradient_accumulation_steps
     per_epoch = max(math.ceil(batches / accumulation), 1)
     return math.ceil(epochs * per_epoch)
+
+
+def resume_note(resume: bool, latest: CheckpointInfo | None, run_id: str | None) -> str | None:
+    """The line a resume without a checkpoint prints, or None when there is nothing to say.
+
+    Only a run killed before its first checkpoint (``run_id``: its MLflow run is continued)
+    is worth a line: it trains again from step 0. A first run with ``resume`` set (every run of
+    ``sarl study run`` is started that way) found nothing because there was nothing: silent,
+    as a fresh run is (issue 40 item 6: the old line alarmed every first run).
+    """
+    if not resume or latest is not None or run_id is None:
+        return None
+    return (
+        f"resume: no checkpoint yet; training starts from step 0 again in MLflow run {run_id} "
+        "(stopped before its first checkpoint)"
+    )

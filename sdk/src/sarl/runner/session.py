@@ -42,7 +42,7 @@ from sarl.runner.interrupt import signals_interrupt
 from sarl.runner.options import LocalOptions
 from sarl.runner.ownership import RunOwnership, tag_owner
 from sarl.runner.result import RunResult, refused_records
-from sarl.runner.resume import RunLookup, planned_steps
+from sarl.runner.resume import RunLookup, planned_steps, resume_note
 from sarl.runner.rundir import RunDir, RunMarker
 from sarl.runner.tied_weights import quiet_tied_missing_keys
 from sarl.spec.experiment import Experiment
@@ -141,14 +141,9 @@ class LocalSession:
         store.clean_leftovers()  # of killed saves; a running save's directory is locked
         latest = store.latest() if self.opts.resume else None
         run_id = self.runs.to_continue(latest, self.opts.resume)
-        if self.opts.resume and latest is None:
-            # Otherwise a resume that found nothing trains from scratch without a word.
-            logger.warning(
-                "resume: no complete checkpoint under %s; training starts from step 0 in %s",
-                self.ckpt_uri,
-                f"MLflow run {run_id} (killed before its first checkpoint)" if run_id else
-                "a new MLflow run",
-            )  # fmt: skip
+        note = resume_note(self.opts.resume, latest, run_id)
+        if note:  # a killed run starting over; a first run says nothing
+            logger.warning(note)
         self.runs.close_abandoned(keep=run_id)
         train_problems, eval_problems = self._problems()
         last = spec.algorithm.max_steps

@@ -1,10 +1,13 @@
 """``--set KEY=VALUE``: change fields of a raw spec document before it is validated.
 
-Called by ``sarl run``, ``sarl validate`` and ``sarl submit`` (:mod:`sarl.cli.run`,
-:mod:`sarl.cli.cluster`), so that trying ``max_steps: 5`` does not need a copy of the YAML.
+Called by ``sarl run``, ``sarl validate``, ``sarl study run`` and ``sarl submit``
+(:mod:`sarl.cli.run`, :mod:`sarl.cli.study_run`, :mod:`sarl.cli.cluster`), so that trying
+``max_steps: 5`` does not need a copy of the YAML.
 
 * KEY is a dotted path from the document root, with list items by index in either spelling:
-  ``spec.algorithm.max_steps``, ``spec.reward[1].weight`` or ``spec.reward.1.weight``.
+  ``spec.algorithm.max_steps``, ``spec.reward[1].weight`` or ``spec.reward.1.weight``. The
+  ``spec.`` prefix (a Study's ``spec.base.`` too) may be left out where only one place has the
+  first field: ``algorithm.max_steps=5`` is ``spec.algorithm.max_steps=5`` (:func:`with_prefix`).
 * VALUE is parsed as YAML (within :mod:`sarl.spec.documents`' limits), so ``5`` is a number,
   ``true`` a boolean, ``null`` is null (``max_steps=null``: no cap, whatever the preset says),
   and ``[a, b]`` or ``{k: v}`` replace a whole list or mapping.
@@ -61,7 +64,7 @@ def apply_sets(data: dict[str, Any], assignments: Sequence[str]) -> dict[str, An
         key = key.strip()
         if not sep or not key:
             raise SpecError(f"--set: expected KEY=VALUE ({_EXAMPLE}), got one without '='")
-        loc = parse_key(key)
+        loc = with_prefix(model, parse_key(key), key)
         check_path(model, loc, key)
         _assign(out, loc, _value(raw, key), key)
     return out
@@ -79,6 +82,34 @@ def parse_key(key: str) -> tuple[str | int, ...]:
         loc.append(int(name) if name.isdigit() else name)
         loc.extend(int(i) for i in re.findall(r"\d+", items))
     return tuple(loc)
+
+
+def with_prefix(model: type[BaseModel], loc: Sequence[str | int], key: str) -> tuple[Any, ...]:
+    """``loc`` from the document root: a key that starts below ``spec`` (``algorithm.max_steps``;
+    a Study's ``base.seed`` or, one level deeper, ``algorithm.max_steps`` under ``spec.base``)
+    gets the missing prefix when exactly one place has its first field. SpecError naming the
+    key and the choices when several do or none does."""
+    top = fields_at(model, ()) or []
+    if not loc or not isinstance(loc[0], str) or loc[0] in top:
+        return tuple(loc)
+    places = [p for p in _prefixes(model) if loc[0] in (fields_at(model, p) or ())]
+    if len(places) == 1:
+        return (*places[0], *loc)
+    if places:
+        choices = " or ".join(f"--set {path((*p, *loc))}=..." for p in places)
+        raise SpecError(f"--set {key}: {loc[0]!r} is a field of several places; write {choices}")
+    known = sorted({f for p in ((), *_prefixes(model)) for f in fields_at(model, p) or ()})
+    hint = did_you_mean(loc[0], known) or f"known: {', '.join(known)}"
+    where = " or ".join(path(p) for p in _prefixes(model))
+    raise SpecError(f"--set {key}: no field {loc[0]!r} at the top or under {where}; {hint}")
+
+
+def _prefixes(model: type[BaseModel]) -> list[tuple[str, ...]]:
+    """Where a key may start without naming the path to it: ``spec`` (and a Study's base)."""
+    out = [("spec",)] if "spec" in (fields_at(model, ()) or ()) else []
+    if out and "base" in (fields_at(model, out[0]) or ()):
+        out.append(("spec", "base"))
+    return out
 
 
 def check_path(model: type[BaseModel], loc: Sequence[str | int], key: str) -> None:
@@ -143,4 +174,4 @@ def _assign(data: dict[str, Any], loc: Sequence[str | int], value: Any, key: str
         node = child
 
 
-__all__ = ["apply_sets", "check_path", "load_with_sets", "parse_key"]
+__all__ = ["apply_sets", "check_path", "load_with_sets", "parse_key", "with_prefix"]
