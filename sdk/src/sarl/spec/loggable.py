@@ -27,6 +27,8 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 NOT_LOGGED = "<not logged: field not in the allow-list>"
 
 #: Leaves of an ExperimentSpec that may be logged. Free-form strings (prompt_template, URIs,
@@ -95,40 +97,59 @@ def _split(patterns: Sequence[str]) -> tuple[_Path, ...]:
     return tuple(tuple(p.split(".")) for p in patterns)
 
 
-def _matches(path: _Path, patterns: tuple[_Path, ...]) -> bool:
+def _matches(path: _Path, patterns: tuple[_Path, ...], container: bool) -> bool:
+    """``path`` is a listed leaf, or with ``container`` a mapping or list something listed
+    lies under."""
     return any(
-        len(p) == len(path) and all(a in ("*", b) for a, b in zip(p, path, strict=True))
+        (len(p) > len(path) if container else len(p) == len(path))
+        and all(a in ("*", b) for a, b in zip(p, path, strict=False))
         for p in patterns
     )
 
 
+def _is_container(value: Any) -> bool:
+    return isinstance(value, Mapping | list | tuple)
+
+
 def _spec_allowed(spec: Mapping[str, Any]) -> Callable[[_Path, Any], bool]:
-    """Whether a leaf (path relative to ``spec``, value) of an ExperimentSpec may be logged."""
+    """Whether a value at a path (relative to ``spec``) of an ExperimentSpec may be logged: a
+    leaf, or a mapping or list that may hold a leaf that may (its keys are logged too)."""
     fields = _split(SPEC_FIELDS)
 
     def allowed(path: _Path, value: Any) -> bool:
-        if len(path) >= 4 and path[0] == "reward" and path[2] == "settings":
-            return _typed_setting(spec, path[1], path[3], path[4:], value)
-        return _matches(path, fields)
+        container = _is_container(value)
+        if len(path) >= 3 and path[0] == "reward" and path[2] == "settings":
+            if len(path) == 3:  # the settings' keys: a registered reward's declared names
+                return container and _settings_model(spec, path[1]) is not None
+            return not container and len(path) == 4 and _typed_setting(spec, path, value)
+        return _matches(path, fields, container)
 
     return allowed
 
 
-def _typed_setting(spec: Mapping[str, Any], index: str, name: str, rest: _Path, value: Any) -> bool:
-    """A registered reward's declared setting holding a number, bool, null or a fixed choice.
+def _settings_model(spec: Mapping[str, Any], index: str) -> type[BaseModel] | None:
+    """The settings model of ``spec.reward[index]`` when the reward is registered by name.
 
-    Nested values and settings of rewards named by a dotted path (their model is the user's,
-    untyped as far as sarl knows) are never logged; a reward registered by name has a typed
-    model and is treated like a built-in one."""
+    None for a reward named by a dotted path: the user's module, never imported here, whose
+    settings are untyped as far as sarl knows (a reward registered by name in the user's
+    process has a typed model and is treated like a built-in one)."""
     from sarl.rewards.registry import get_reward_class, reward_names
 
     terms = spec.get("reward")
-    if rest or not isinstance(terms, list) or not index.isdigit() or int(index) >= len(terms):
-        return False
-    reward = terms[int(index)].get("name") if isinstance(terms[int(index)], Mapping) else None
-    if reward not in reward_names():  # a dotted path: the user's module, never imported here
-        return False
-    field = get_reward_class(reward).Settings.model_fields.get(name)
+    if not isinstance(terms, list) or not index.isdigit() or int(index) >= len(terms):
+        return None
+    term = terms[int(index)]
+    reward = term.get("name") if isinstance(term, Mapping) else None
+    if reward not in reward_names():
+        return None
+    return get_reward_class(reward).Settings
+
+
+def _typed_setting(spec: Mapping[str, Any], path: _Path, value: Any) -> bool:
+    """A declared setting of a registered reward holding a number, bool, null or a fixed
+    choice (nested values are never logged)."""
+    model = _settings_model(spec, path[1])
+    field = None if model is None else model.model_fields.get(path[3])
     if field is None:
         return False
     if value is None or isinstance(value, bool | int | float):
@@ -154,19 +175,22 @@ _OMIT = _Omit()
 
 
 def _keep(value: Any, path: _Path, allowed: Callable[[_Path, Any], bool], omit: bool) -> Any:
-    """``value`` with every leaf ``allowed`` rejects replaced by :data:`NOT_LOGGED`, or with
-    ``omit`` left out (with a mapping or list that held only such leaves). An empty mapping or
-    list, like null, holds nothing and is kept."""
-    if isinstance(value, Mapping | list | tuple) and value:
-        items = value.items() if isinstance(value, Mapping) else enumerate(value)
-        kept = {k: _keep(v, (*path, str(k)), allowed, omit) for k, v in items}
-        kept = {k: v for k, v in kept.items() if v is not _OMIT}
-        if not kept and omit:
-            return _OMIT
-        return kept if isinstance(value, Mapping) else list(kept.values())
-    if value is None or value == {} or value == [] or allowed(path, value):
+    """``value`` with every leaf ``allowed`` rejects, and every mapping or list nothing allowed
+    lies under (its keys may be the user's own words), replaced by :data:`NOT_LOGGED`, or with
+    ``omit`` left out (with a mapping or list left empty by that). An empty mapping or list,
+    like null, holds nothing and is kept."""
+    if value is None or value == {} or value == []:
         return value
-    return _OMIT if omit else NOT_LOGGED
+    if not allowed(path, value):
+        return _OMIT if omit else NOT_LOGGED
+    if not _is_container(value):
+        return value
+    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    kept = {k: _keep(v, (*path, str(k)), allowed, omit) for k, v in items}
+    kept = {k: v for k, v in kept.items() if v is not _OMIT}
+    if not kept and omit:
+        return _OMIT
+    return kept if isinstance(value, Mapping) else list(kept.values())
 
 
 def loggable_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -180,7 +204,7 @@ def _document(doc: Mapping[str, Any], spec: Callable[[Mapping[str, Any]], Any]) 
     """``doc`` with its top-level leaves filtered and its ``spec`` given to ``spec``."""
     top = _split(_DOCUMENT_FIELDS)
     head = {k: v for k, v in doc.items() if k != "spec"}
-    out = _keep(head, (), lambda p, _v: _matches(p, top), omit=True)
+    out = _keep(head, (), lambda p, v: _matches(p, top, _is_container(v)), omit=True)
     out = dict(out) if isinstance(out, Mapping) else {}
     body = doc.get("spec")
     if isinstance(body, Mapping):
@@ -212,12 +236,14 @@ def loggable_study(doc: Mapping[str, Any]) -> dict[str, Any]:
         def allowed(path: _Path, value: Any) -> bool:
             if path[:1] == ("base",):
                 return base_allowed(path[1:], value)
-            if len(path) > 3 and path[0] == "arms" and path[2] == "override":
+            if len(path) >= 3 and path[0] == "arms" and path[2] == "override":
+                if len(path) == 3:
+                    return _is_container(value)
                 # An override key may itself be dotted ("algorithm.learning_rate"): the spec
                 # path. Reward settings in an override are never kept (which reward is unknown).
                 target = tuple(".".join(path[3:]).split("."))
                 return target[:1] != ("reward",) and base_allowed(target, value)
-            return _matches(path, study)
+            return _matches(path, study, _is_container(value))
 
         return _keep(body, (), allowed, omit=True)
 
