@@ -22,6 +22,7 @@ from tools.refdocs.helm_ref import chart_section
 from tools.refdocs.markdown import GENERATED, cell
 from tools.refdocs.pages import PAGES, REFERENCE
 from tools.refdocs.schema_rows import missing, rows
+from tools.refdocs.spec_ref import shipped_rewards
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +141,21 @@ def test_a_cell_cannot_break_its_table_or_hide_a_placeholder(text: str, expected
 )
 def test_sphinx_roles_become_code(text: str, expected: str) -> None:
     assert plain_roles(text) == expected
+
+
+def test_a_reward_registered_at_run_time_is_not_on_the_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tests (and notebooks) register rewards in the process; the page lists what sarl ships,
+    so it does not depend on which tests ran before it."""
+    from sarl.rewards import registry
+    from sarl.rewards.base import Reward
+
+    class Settings(BaseModel):
+        pass
+
+    cls = type("Cell", (Reward,), {"name": "cell_reward", "Settings": Settings})
+    monkeypatch.setitem(registry._REGISTRY, "cell_reward", cls)
+    assert "cell_reward" in registry.reward_names()
+    assert "cell_reward" not in shipped_rewards()
+    assert "structure" in shipped_rewards()

@@ -10,9 +10,13 @@ behind the models. A field without a description is listed as missing.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tools.refdocs.markdown import code, literal, page, table
 from tools.refdocs.schema_rows import Row, Schema, missing, rows
+
+if TYPE_CHECKING:
+    from sarl.rewards.base import Reward
 
 HEADERS = ("Field", "Type", "Default", "Description")
 
@@ -79,14 +83,25 @@ def spec_page() -> tuple[str, list[str]]:
     return page("Experiment and Study fields", intro, sections), found
 
 
+def shipped_rewards() -> dict[str, type[Reward]]:
+    """The rewards sarl ships, by name: not those an installed package adds (entry points, e.g.
+    examples/custom_reward) or a process registers at run time (a test's), which would make the
+    page depend on the machine or on which tests ran before."""
+    from sarl.rewards.registry import get_reward_class, installed_rewards, reward_names
+
+    added = installed_rewards()
+    classes = {name: get_reward_class(name) for name in reward_names() if name not in added}
+    return {n: c for n, c in classes.items() if c.__module__.startswith("sarl.rewards.")}
+
+
 def rewards_page() -> tuple[str, list[str]]:
     """The page and the reward settings without a description."""
-    from sarl.rewards.registry import get_reward_class, reward_names, reward_summary
+    from sarl.rewards.registry import reward_summary
 
     sections: list[str] = []
     found: list[str] = []
-    for name in reward_names():
-        settings = rows(get_reward_class(name).Settings.model_json_schema())
+    for name, cls in shipped_rewards().items():
+        settings = rows(cls.Settings.model_json_schema())
         found += missing(settings, f"reward {name}")
         body = field_table(settings) if settings else "No settings."
         sections.append(f"## `{name}`\n\n{reward_summary(name)}\n\n{body}")
