@@ -120,7 +120,7 @@ def test_submit_dry_run_prints_every_object_of_every_arm_without_a_cluster(tmp_p
 
 def test_render_json_is_a_list_of_the_same_objects(tmp_path: Path) -> None:
     as_yaml = _sarl(tmp_path, "render", str(STUDY))
-    as_json = _sarl(tmp_path, "render", str(STUDY), "-o", "json")
+    as_json = _sarl(tmp_path, "render", str(STUDY), "--output", "json")
     assert as_yaml.returncode == as_json.returncode == 0, as_json.stderr[-2000:]
     listed = json.loads(as_json.stdout)
     assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")

@@ -6,10 +6,11 @@ Wired by :mod:`sarl.cli.main` (``render``) and :func:`sarl.cli.cluster.submit_co
 ``sarl-operator`` package: dependencies point into the sdk, never out of it, so the sdk finds
 them through the ``sarl.render`` entry point group (``sarl_operator.render:document_objects``)
 and never imports the operator by name. Without that package both commands exit 2 naming the
-``pip install`` to run. ``render`` prints the objects only (``-o yaml``: documents separated by
-``---``; ``-o json``: a ``List``, as ``kubectl ... -o json`` prints several objects), so its
-output can be piped to ``kubectl apply --dry-run=server -f -``; ``submit --dry-run`` adds the
-resource plan and what the rendering assumed as YAML comments after the objects.
+``pip install`` to run. ``render`` prints the objects only (``--output yaml``: documents
+separated by ``---``; ``--output json``: a ``List``, as ``kubectl ... -o json`` prints several
+objects), so its output can be piped to ``kubectl apply --dry-run=server -f -``; ``submit
+--dry-run`` adds the resource plan and what the rendering assumed as YAML comments after the
+objects.
 """
 
 from __future__ import annotations
@@ -48,9 +49,8 @@ class Rendered(Protocol):
 
 Renderer = Callable[..., Rendered]
 
-OutputOpt = Annotated[
-    Output, typer.Option("--output", "-o", help="Print the objects as YAML or JSON.")
-]
+# Long only: -o is --out FILE in every sarl command (tests/sarl/cli/test_conventions.py).
+OutputOpt = Annotated[Output, typer.Option("--output", help="Print the objects as YAML or JSON.")]
 JobKindOpt = Annotated[
     JobKind | None,
     typer.Option(
@@ -128,9 +128,10 @@ def render_command(
 ) -> None:
     """Print the objects the operator would create for FILE, without a cluster.
 
-    The stored Experiment (or Study and its arm x seed Experiments), ConfigMaps,
-    NetworkPolicies, InferenceServices, the training job (TrainJob or PyTorchJob), the
-    evaluation Job and a Study's report Job, exactly as the operator's builders produce them."""
+    Exactly as the operator's builders produce them:
+    the stored Experiment (or the Study and its arm x seed Experiments);
+    ConfigMaps, NetworkPolicies and InferenceServices;
+    the training job (TrainJob or PyTorchJob), the evaluation Job and a Study's report Job."""
     rendered, _ = render_objects(file, sets, namespace, job_kind)
     typer.echo(dump(rendered.objects, output))
 
