@@ -103,3 +103,26 @@ def test_figure_renders_itself_as_png() -> None:
     fig.subplots().plot([0, 1], [1, 0])
     assert isinstance(fig, Figure)
     assert fig._repr_png_().startswith(b"\x89PNG")  # what IPython shows for a cell's result
+
+
+def test_a_long_row_label_is_never_cut_mid_word() -> None:
+    """Issue 40 item 7: at 80 columns the Study report's arm column folded a long arm name
+    ("structure-h / dbscan-work / ers-one"). The label stays on one line: whole when it fits
+    ``LABEL_WIDTH`` or the terminal has room, else ending in "…"."""
+    from sarl.display import LABEL_WIDTH
+
+    arms = ("ground-truth-grpo-arm", "structure-hdbscan-workers-one")
+    cells = ("0.512 [0.48, 0.54]", "0.612 [0.58, 0.64]", "+0.100 [0.05, 0.15]", "beats trivial")
+    table = display.Table(
+        "Arms",
+        ("arm", "start", "end", "change", "validity"),
+        tuple((arm, *cells) for arm in arms),
+        frozenset({1, 2, 3}),
+    )
+    text = display.to_text(table.to_rich(), width=80)
+    first = [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")]
+    shown = [c for c in first if c]
+    assert len(shown) == len(arms), text  # one line each: no continuation of a folded name
+    for arm, cell in zip(arms, shown, strict=True):
+        assert cell == arm or (cell.endswith("…") and arm.startswith(cell[:-1])), text
+        assert len(cell) >= min(len(arm), LABEL_WIDTH), text

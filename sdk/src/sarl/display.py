@@ -86,13 +86,27 @@ class Table:
         from rich.table import Table as RichTable
 
         table = RichTable(title=self.title, caption=self.caption or None)
+        # A row's label (an arm, a run, a reward) stays whole up to LABEL_WIDTH characters and
+        # ends in "…" past it: "fold" cut a long arm name mid-word on a narrow terminal. Other
+        # cells wrap at spaces and fold what is left.
+        longest = max((len(row[0]) for row in self.rows if row), default=0)
         for i, column in enumerate(self.columns):
+            numeric = i in self.numeric
+            label = i == 0 and not numeric
             table.add_column(
-                column, overflow="fold", justify="right" if i in self.numeric else "left"
+                column,
+                overflow="ellipsis" if label else "fold",
+                justify="right" if numeric else "left",
+                no_wrap=label,
+                min_width=min(max(longest, len(column)), LABEL_WIDTH) if label else None,
             )
         for row in self.rows:
             table.add_row(*row)
         return table
+
+
+#: Characters of a row label a narrow terminal still shows whole (longer ones end in "…").
+LABEL_WIDTH = 24
 
 
 @dataclass(frozen=True)

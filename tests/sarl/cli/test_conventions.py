@@ -131,7 +131,10 @@ def test_the_local_store_is_chosen_with_workdir_alike() -> None:
     found = dict(commands())
     for path in readers:
         (workdir,) = [p for p in found[path].params if p.opts[0] == "--workdir"]
-        assert workdir.metavar == "DIR" and str(workdir.default) == ".sarl", path
+        # No default of its own: the commands take sarl.workdir.default_workdir(), as
+        # sarl.Client.local() does (issue 40 item 5), and the help says what that is.
+        assert workdir.metavar == "DIR" and workdir.default is None, path
+        assert "$SARL_WORKDIR" in (workdir.help or ""), path
 
 
 def test_presets_are_listed_with_a_description() -> None:
@@ -173,3 +176,12 @@ def test_bracketed_help_text_is_shown(path: str, cmd: Any) -> None:
     shown = CliRunner().invoke(app, [*path.split()[1:], "-h"], env={"COLUMNS": "400"}).stdout
     for span in wanted:
         assert span in shown, (path, span)
+
+
+@pytest.mark.parametrize(("path", "cmd"), commands())
+def test_help_shows_no_type_beside_a_flag_or_a_placeholder(path: str, cmd: Any) -> None:
+    """typer 0.29 printed ``--local <bool>`` (as if it took a value) and ``FILE <path>``
+    (issue 40 item 7; ``sarl.cli.help_style``). Choices still show: ``<kmeans|hdbscan>``."""
+    shown = CliRunner().invoke(app, [*path.split()[1:], "-h"], env={"COLUMNS": "400"}).stdout
+    types = re.findall(r"<(?:bool|path|str|int|float|list\[[a-z]+\])>", shown)
+    assert types == [], (path, types)

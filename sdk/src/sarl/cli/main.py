@@ -36,6 +36,7 @@ from sarl.cli import (
     tenant,
     tracking,
 )
+from sarl.cli.help_style import plain_parameters
 
 app = typer.Typer(
     name="sarl",
@@ -133,6 +134,7 @@ def one_line_summaries(target: typer.Typer) -> None:
 
 
 one_line_summaries(app)
+plain_parameters(app)  # flags without "<bool>", arguments without "<path>" (help_style)
 
 
 def main() -> None:
