@@ -9,7 +9,7 @@ after the same validation (:func:`~sarl_operator.experiment_handlers.experiment_
 the object ``sarl submit`` would store). What a cluster alone decides is fixed here and said in
 :class:`Rendered`'s notes: the MLflow run id (empty: the operator creates the run first), the
 job kind of ``job_kind: auto`` (what a cluster serving both kinds picks), and the operator's
-settings (the platform chart's defaults, :class:`~sarl_operator.reconcile.Settings`).
+settings (its defaults, :class:`~sarl_operator.reconcile.Settings` with no environment).
 Owner references are added by the operator when it applies an object, so they are not shown.
 """
 
@@ -145,7 +145,9 @@ def _notes(kinds: list[str], wanted: str | None) -> list[str]:
     how = "--job-kind" if wanted else "spec.resources.job_kind; auto: as on a cluster serving both"
     return [
         f"training job: {', '.join(kinds)} ({how}; --job-kind chooses)",
-        "MLFLOW_RUN_ID is empty: the operator creates the MLflow run before the job",
+        "MLFLOW_RUN_ID is empty, and MLFLOW_TRACKING_URI without spec.tracking.mlflow_uri: "
+        "the operator creates the run on the platform's MLflow before the job",
         "ownerReferences are added by the operator when it applies each object",
-        "images and settings: the sarl-platform chart's defaults",
+        "operator settings: its defaults (the platform chart's values may change images, "
+        "queue, gang scheduler and network policies)",
     ]
