@@ -1,7 +1,7 @@
 """``examples/notebooks/02-compare.ipynb`` runs top to bottom in a real kernel with CI-sized
-settings, in a temporary working directory: two runs compared (tables with a column per run
-name, a DataFrame, the curves inline), then a small Study (2 arms x 2 seeds) with its table of
-intervals and its curves inline.
+settings, in a temporary working directory, with nothing on stderr: two runs compared (tables
+with a column per run name, a DataFrame, the curves inline), then a small Study (2 arms x 2
+seeds) with its table of intervals and its curves inline.
 
 The Study runs in the kernel's process (``JOBS=1``): on 2 cores two run processes would each
 import torch and load the embedder; the parallel path is covered by ``tests/sarl/study``.
@@ -16,7 +16,14 @@ import pytest
 from nbformat import NotebookNode
 
 from tests.examples.notebooks import NOTEBOOKS
-from tests.examples.small import EXAMPLES, SMALL, assert_every_cell_ran, cell, execute_small
+from tests.examples.small import (
+    EXAMPLES,
+    SMALL,
+    assert_every_cell_ran,
+    assert_no_stderr,
+    cell,
+    execute_small,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -39,6 +46,12 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> tuple[NotebookNode, Pa
 
 def test_every_cell_ran(executed: tuple[NotebookNode, Path]) -> None:
     assert_every_cell_ran(executed[0])
+
+
+def test_no_cell_wrote_to_stderr(executed: tuple[NotebookNode, Path]) -> None:
+    """A front end shows each stderr output as a red box (issue 40 item 5: notebook 02 had
+    four)."""
+    assert_no_stderr(executed[0])
 
 
 def test_two_runs_each_with_a_progress_bar(executed: tuple[NotebookNode, Path]) -> None:

@@ -53,7 +53,7 @@ def test_spec_is_validated_with_the_injected_settings(executed: tuple[NotebookNo
 
 def test_bad_specs_say_which_field_in_one_line(executed: tuple[NotebookNode, Path]) -> None:
     nb, _ = executed
-    lines = cell(nb, "except SpecError as error").stdout.splitlines()
+    lines = cell(nb, "except sarl.SpecError as error").stdout.splitlines()
     assert len(lines) == 2
     # The file, and that overrides took part: the bad values are theirs.
     where = f"{EXAMPLES / 'local-structure.yaml'} + overrides: "

@@ -13,6 +13,9 @@ import sarl
 HOMES = {
     "Client": "sarl.client",
     "Experiment": "sarl.spec.experiment",
+    "ExperimentInfo": "sarl.cluster.models",
+    "ExperimentNotFound": "sarl.cluster.errors",
+    "SpecError": "sarl.spec.loader",
     "compare": "sarl.tracking.compare",
     "create_reward": "sarl.rewards.registry",
     "parse_sample": "sarl.rewards.samples",

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from sarl.cluster.client import ClusterClient
 from sarl.spec.experiment import Experiment
-from sarl.spec.loader import load_experiment, load_study
+from sarl.spec.loader import load_document, load_experiment, load_study, validate_study
+from sarl.spec.presets import deep_merge
 from sarl.spec.study import Study
+from sarl.workdir import resolve_workdir
 
 if TYPE_CHECKING:
     from sarl.runner.result import RunResult
@@ -32,11 +34,12 @@ class LocalClient:
     def __init__(
         self,
         *,
-        workdir: str | Path = ".sarl",
+        workdir: str | Path | None = None,
         tracking_uri: str | None = None,
         progress: bool = True,
     ) -> None:
-        self.workdir = Path(workdir)
+        # None: the CLI's default too (sarl.workdir), so notebooks and `sarl run` share a store.
+        self.workdir = resolve_workdir(workdir)
         self.tracking_uri = tracking_uri
         self.progress = progress
 
@@ -80,11 +83,15 @@ class LocalClient:
         self,
         study: Study | dict[str, Any] | str | Path,
         *,
+        overrides: Mapping[str, Any] | None = None,
+        seeds: Sequence[int] | None = None,
         jobs: int | None = None,
         out_dir: str | Path | None = None,
     ) -> StudyResult:
         """Run every arm x seed of a Study here (finished runs are skipped, interrupted ones
-        resume) and report it. ``jobs`` runs at once (default ``spec.parallelism``), each in its
+        resume) and report it. ``overrides`` merge over the Study's ``spec.base`` as
+        :meth:`run` merges them over a spec (every arm gets them), ``seeds`` replaces
+        ``spec.seeds``. ``jobs`` runs at once (default ``spec.parallelism``), each in its
         own process; rewards defined in the notebook itself need ``jobs=1``. The result shows the
         report's table in Jupyter; ``result.to_frame()`` gives it to pandas (``result.tables()``:
         the long tables), ``result.figure()`` draws the curves with their interval bands and
@@ -92,7 +99,7 @@ class LocalClient:
         from sarl.progress import quiet_tqdm_notebook_warning
         from sarl.study.runner import StudyOptions, run_study
 
-        doc = load_study(study)
+        doc = _study_with(study, overrides, seeds)
         quiet_tqdm_notebook_warning()
         opts = StudyOptions(
             workdir=self.workdir,
@@ -120,12 +127,41 @@ class LocalClient:
         return compare(*runs, experiments=experiments, latest=latest, tracking_uri=uri)
 
 
+def _study_with(
+    source: Study | dict[str, Any] | str | Path,
+    overrides: Mapping[str, Any] | None,
+    seeds: Sequence[int] | None,
+) -> Study:
+    """The Study ``source`` with ``overrides`` merged over its base and ``seeds`` set."""
+    if overrides is None and seeds is None:
+        return load_study(source)
+    if isinstance(source, Study):  # what its author set; defaults stay defaults on re-validation
+        data, label = source.model_dump(mode="json", exclude_unset=True), ""
+    else:
+        data, label = load_document(source)
+    spec = data.get("spec")
+    if isinstance(spec, dict):  # anything else is left for validation to refuse
+        spec = dict(spec)
+        if overrides is not None:
+            base = spec.get("base")
+            spec["base"] = deep_merge(base if isinstance(base, dict) else {}, dict(overrides))
+        if seeds is not None:
+            spec["seeds"] = list(seeds)
+        data = {**data, "spec": spec}
+    return validate_study(data, f"{label} + overrides" if label else "")
+
+
 class Client(ClusterClient):
     """``Client()`` (kubeconfig or in-cluster; see :class:`~sarl.cluster.ClusterClient` for the
     options) submits to a cluster; ``Client.local()`` trains on this machine."""
 
     @staticmethod
     def local(
-        *, workdir: str | Path = ".sarl", tracking_uri: str | None = None, progress: bool = True
+        *,
+        workdir: str | Path | None = None,
+        tracking_uri: str | None = None,
+        progress: bool = True,
     ) -> LocalClient:
+        """A client that trains here; ``workdir`` (default: the one ``sarl run`` uses,
+        :func:`sarl.workdir.default_workdir`) holds the MLflow store, checkpoints and caches."""
         return LocalClient(workdir=workdir, tracking_uri=tracking_uri, progress=progress)

@@ -20,6 +20,7 @@ from typing import Annotated
 import typer
 
 from sarl.cli.options import DEFAULT_WORKDIR, WorkdirOpt, fail
+from sarl.workdir import resolve_workdir
 
 RunsArg = Annotated[
     list[str] | None,
@@ -95,7 +96,7 @@ def compare_command(
     from sarl.tracking.scope import default_namespace
     from sarl.tracking.tracker import TrackingError, default_tracking_uri
 
-    uri = tracking_uri or default_tracking_uri(workdir)
+    uri = tracking_uri or default_tracking_uri(resolve_workdir(workdir))
     scope = default_namespace(namespace, all_namespaces, uri, os.environ)
     try:
         comparison = compare_runs(

@@ -41,15 +41,19 @@ class EmbedderKind(StrEnum):
     openai = "openai"
 
 
-#: Where local runs keep their state; the default store of every command that reads MLflow.
-DEFAULT_WORKDIR = Path(".sarl")
+#: No --workdir: the commands take :func:`sarl.workdir.default_workdir`, as sarl.Client.local()
+#: does (notebooks and the CLI share one store and cache).
+DEFAULT_WORKDIR: Path | None = None
 
 WorkdirOpt = Annotated[
-    Path,
+    Path | None,
     typer.Option(
         "--workdir",
-        help="Local state: the MLflow store (DIR/mlflow.db), checkpoints and caches.",
+        help="Local state: the MLflow store (DIR/mlflow.db), checkpoints and caches. Default: "
+        "$SARL_WORKDIR, else the nearest .sarl here or above, else .sarl at the top of the git "
+        "checkout, else ./.sarl.",
         metavar="DIR",
+        show_default=False,
     ),
 ]
 TrackingUriOpt = Annotated[

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sarl.cli.options import DEFAULT_WORKDIR, SetOpt, TrackingUriOpt, WorkdirOpt, fail
+from sarl.workdir import resolve_workdir
 
 if TYPE_CHECKING:
     from sarl.runner.result import RunResult
@@ -116,7 +117,7 @@ def run_command(
     from sarl.tracking.tracker import TrackingError
 
     opts = LocalOptions(
-        workdir=workdir,
+        workdir=resolve_workdir(workdir),
         tracking_uri=tracking_uri,
         resume=resume,
         take_over=take_over,

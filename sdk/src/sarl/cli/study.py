@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sarl.cli.options import DEFAULT_WORKDIR, WorkdirOpt, fail
+from sarl.workdir import resolve_workdir
 
 if TYPE_CHECKING:
     from sarl.study.aggregate import StudyReport
@@ -90,7 +91,7 @@ def report_command(
         # Closing the newest run of a name could close another team's run of that name
         # (issue 36): the cluster's report Job passes the id of the run the operator created.
         raise fail(f"--finish closes one run: pass the parent run's MLflow id, not {study!r}")
-    uri = tracking_uri or default_tracking_uri(workdir)
+    uri = tracking_uri or default_tracking_uri(resolve_workdir(workdir))
     try:
         parent = find_parent_run(uri, study)  # once: the run reported is the run closed
         report = report_for(uri, parent, out, log=log)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sarl.cli.options import DEFAULT_WORKDIR, TrackingUriOpt, WorkdirOpt, fail
+from sarl.workdir import resolve_workdir
 
 if TYPE_CHECKING:
     from sarl.study.runner import StudyResult
@@ -84,7 +85,7 @@ def run_command(
     from sarl.tracking.tracker import TrackingError
 
     opts = StudyOptions(
-        workdir=workdir,
+        workdir=resolve_workdir(workdir),
         tracking_uri=tracking_uri,
         tracking_uri_flag="--tracking-uri",
         jobs=jobs or doc.spec.parallelism,

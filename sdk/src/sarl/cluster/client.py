@@ -49,7 +49,7 @@ from sarl.cluster.models import ExperimentInfo, ExperimentStatus, StudyInfo
 from sarl.cluster.resources import GROUP, PLURAL, STUDY_PLURAL, VERSION, CustomObjects
 from sarl.cluster.waiting import Info, OnPoll, OnStudyPoll, wait_for_phase, wanted_phases
 from sarl.spec.experiment import Experiment
-from sarl.spec.loader import SpecError
+from sarl.spec.loader import SpecError, load_document
 from sarl.spec.study import LABEL_STUDY, Study
 
 #: (connect, read) seconds per request.
@@ -118,6 +118,20 @@ class ClusterClient:
         return self._conn.host
 
     # ---- Experiments ----
+
+    @staticmethod
+    def validate(experiment: ExperimentSource, *, name: str | None = None) -> Experiment:
+        """The Experiment as :meth:`submit` validates it before any request (the operator's
+        checks: trainer, resource plan; ``SpecError`` naming the field); no request is made.
+        ``name`` replaces ``metadata.name`` (its name on the cluster)."""
+        if name is not None:
+            if isinstance(experiment, Experiment):
+                data = experiment.model_dump(mode="json", exclude_unset=True)
+            else:
+                data, _ = load_document(experiment)
+            metadata = data.get("metadata")
+            experiment = {**data, "metadata": {**(metadata or {}), "name": name}}
+        return load_for_cluster(experiment)[0]
 
     @overload
     def submit(
