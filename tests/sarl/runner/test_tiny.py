@@ -185,3 +185,29 @@ def test_prepare_tiny_policy_for_a_dataset_task(tmp_path: Path) -> None:
     missing = DataSpec(task="dataset", dataset="s3://bucket/d.jsonl")
     with pytest.raises(ValueError, match="not a local file"):
         tiny.prepare_tiny_policy(missing, spec, cache_dir=tmp_path / "c", seed=0)
+
+
+def test_the_warm_start_trains_on_one_torch_thread_and_restores_the_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a busy 2-core machine two intra-op threads made the demo's warm start burn several
+    times the CPU of one (issue 40 item 9): it runs on one and gives the caller's count back.
+    The real warm start runs; the wrapper only records the thread count it ran with."""
+    seen: list[int] = []
+    real = tiny.warm_start
+
+    def recording(*args: Any, **kwargs: Any) -> dict[str, float]:
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tiny, "warm_start", recording)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        spec = ModelSpec(warm_start=WarmStart(steps=2, batch_size=2))
+        data = DataSpec(difficulty=1, eval_size=2)
+        tiny.prepare_tiny_policy(data, spec, cache_dir=tmp_path, seed=0, progress=False)
+        assert seen == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

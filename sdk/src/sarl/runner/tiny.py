@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sarl.runner.threads import one_torch_thread
 from sarl.spec.experiment import DataSpec, ModelSpec, TinyModel, WarmStart
 from sarl.tasks.generators import (
     TASKS,
@@ -433,16 +434,17 @@ def _prepare(
     model = build_tiny_qwen(tokenizer, model_spec.tiny, seed=seed)
     device = warm_start_device()
     model.to(device)  # type: ignore[arg-type]  # transformers' stub types .to() oddly
-    metrics = warm_start(
-        model,
-        tokenizer,
-        problems,
-        model_spec.warm_start,
-        seed=seed,
-        prompt_template=data_spec.prompt_template,
-        max_response_tokens=max_response_tokens,
-        progress=progress,
-    )
+    with one_torch_thread():  # sarl.runner.threads: why one
+        metrics = warm_start(
+            model,
+            tokenizer,
+            problems,
+            model_spec.warm_start,
+            seed=seed,
+            prompt_template=data_spec.prompt_template,
+            max_response_tokens=max_response_tokens,
+            progress=progress,
+        )
     meta = {
         "cache_key": key,
         "recipe": RECIPE_VERSION,
