@@ -72,7 +72,11 @@ def run_cli(
             [],
             "spec.data.dataset='/no/such.jsonl': no such file",
         ),
-        ({"model": {"name": "/no/such/model"}}, [], "not a local model directory"),
+        (
+            {"model": {"name": "/no/such/model"}},
+            [],
+            "spec.model.name='/no/such/model': no such directory",
+        ),
         (  # a flag's value is reported under the flag's name, a spec's under the field's
             {"preset": "local-grpo-arithmetic"},
             ["--tracking-uri", "http://127.0.0.1:9"],

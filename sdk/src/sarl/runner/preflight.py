@@ -1,12 +1,15 @@
 """Checks that run before any training starts, so a bad spec fails in seconds with one line.
 
 Called by ``sarl.runner.local.run_local``. Each check raises :class:`PreflightError` naming the
-spec field and value: PPO requested locally, a missing dataset or model directory, an
+spec field and value: PPO requested locally, a missing dataset, a policy neither on disk nor
+in the Hugging Face cache (downloads off), an
 unreachable tracking server, an unreachable or missing bucket, a reward that cannot be built.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from sarl.spec.experiment import Experiment
@@ -46,15 +49,18 @@ def check_data(exp: Experiment) -> None:
         raise PreflightError(f"spec.data.dataset={data.dataset!r}: no such file")
 
 
-def check_model(exp: Experiment) -> None:
+def check_model(exp: Experiment, env: Mapping[str, str] | None = None) -> None:
+    """The policy is a directory, or a Hub id in the Hugging Face cache, or downloads are
+    allowed (:mod:`sarl.runner.policy_source`)."""
+    from sarl.runner.policy_source import PolicyNotFound, resolve_policy
+
     model = exp.spec.model
     if model.is_builtin:
         return
-    if not Path(model.name).expanduser().is_dir():
-        raise PreflightError(
-            f"spec.model.name={model.name!r}: not a local model directory; local runs do not "
-            "download weights (use 'builtin:tiny-qwen' or a path to a saved HF model)"
-        )
+    try:
+        resolve_policy(model.name, os.environ if env is None else env)
+    except PolicyNotFound as e:
+        raise PreflightError(str(e)) from e
 
 
 def check_tracking(uri: str, source: str = "tracking.mlflow_uri") -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from sarl.runner.faults import RunFailed, close_failed, explain
 from sarl.runner.interrupt import signals_interrupt
 from sarl.runner.options import LocalOptions
 from sarl.runner.ownership import RunOwnership, tag_owner
+from sarl.runner.policy_source import resolve_policy
 from sarl.runner.result import RunResult, refused_records
 from sarl.runner.resume import RunLookup, planned_steps, resume_note
 from sarl.runner.rundir import RunDir, RunMarker
@@ -261,18 +263,23 @@ class LocalSession:
                 progress=self.opts.progress,
             )
         else:
-            path = Path(spec.model.name).expanduser()
+            # A directory, a cached Hub id (offline) or an allowed download (policy_source).
+            source = resolve_policy(spec.model.name, os.environ)
+            line = f"{self.exp.name}: policy from {source.where} ({source.target})"
+            status_line(line, enabled=self.opts.progress)
+            return self._load_policy(source.target, offline=source.offline)
         return self._load_policy(path)
 
-    def _load_policy(self, path: Path) -> tuple[Any, Any]:
-        """Model and tokenizer from a Hugging Face directory (a trainer checkpoint is one)."""
+    def _load_policy(self, path: Path | str, offline: bool = True) -> tuple[Any, Any]:
+        """Model and tokenizer from a Hugging Face directory (a trainer checkpoint is one), or
+        a Hub id to download when not ``offline``."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=offline)
         tokenizer.padding_side = "left"  # decoder-only generation pads on the left
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=offline)
         return model, tokenizer
 
     def _tracker(self, run_id: str | None, checkpoint: Path | None = None) -> Any:
