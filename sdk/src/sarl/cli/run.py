@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from sarl.cli.options import DEFAULT_WORKDIR, SetOpt, TrackingUriOpt, WorkdirOpt, fail
+from sarl.cli.where import here_or_fail
 from sarl.workdir import resolve_workdir
 
 if TYPE_CHECKING:
@@ -80,7 +81,12 @@ def _again(
 
 def run_command(
     experiment: FileArg,
-    local: Annotated[bool, typer.Option("--local", help="Train here (CPU, TRL).")] = False,
+    local: Annotated[
+        bool,
+        typer.Option(
+            "--local", help="Train here (CPU, TRL). The default when no cluster is configured."
+        ),
+    ] = False,
     resume: Annotated[
         bool,
         typer.Option(
@@ -98,7 +104,7 @@ def run_command(
     tracking_uri: TrackingUriOpt = None,
     workdir: WorkdirOpt = DEFAULT_WORKDIR,
 ) -> None:
-    """Run an Experiment here with --local (CPU, TRL).
+    """Run an Experiment here (CPU, TRL): with --local, or when no cluster is configured.
 
     On a cluster use `sarl submit FILE`; a Study runs with `sarl study run FILE --local`.
     """
@@ -106,10 +112,7 @@ def run_command(
 
     exp = _experiment(experiment, sets)
     if not local:
-        raise fail(
-            f"sarl run trains on this machine only with --local; to run {exp.name!r} on a "
-            f"cluster use `sarl submit {experiment}`"
-        )
+        here_or_fail(exp.name, "sarl run", experiment)
     from sarl.runner.faults import RunFailed
     from sarl.runner.interrupt import Terminated
     from sarl.runner.local import LocalOptions, run_local

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from sarl.cli.options import DEFAULT_WORKDIR, TrackingUriOpt, WorkdirOpt, fail
+from sarl.cli.options import DEFAULT_WORKDIR, SetOpt, TrackingUriOpt, WorkdirOpt, fail
+from sarl.cli.where import here_or_fail
 from sarl.workdir import resolve_workdir
 
 if TYPE_CHECKING:
@@ -28,7 +29,12 @@ def run_command(
             show_default=False,
         ),
     ],
-    local: Annotated[bool, typer.Option("--local", help="Run every arm x seed here.")] = False,
+    local: Annotated[
+        bool,
+        typer.Option(
+            "--local", help="Run every arm x seed here. The default when no cluster is configured."
+        ),
+    ] = False,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -40,6 +46,7 @@ def run_command(
             "Default: spec.parallelism, else 1.",
         ),
     ] = None,
+    sets: SetOpt = None,
     tracking_uri: TrackingUriOpt = None,
     workdir: WorkdirOpt = DEFAULT_WORKDIR,
     out: Annotated[
@@ -60,11 +67,12 @@ def run_command(
     An Experiment runs with `sarl run FILE --local`.
     """
     from sarl.runner.preflight import PreflightError
-    from sarl.spec.loader import SpecError, load_document, validate_study
+    from sarl.spec.loader import SpecError, validate_study
+    from sarl.spec.overrides import load_with_sets
     from sarl.spec.study import STUDY_KIND
 
     try:
-        data, label = load_document(study)
+        data, label = load_with_sets(study, sets)
         kind = data.get("kind", STUDY_KIND)
         if kind == "Experiment":
             raise SpecError(
@@ -75,10 +83,7 @@ def run_command(
     except SpecError as e:
         raise fail(str(e)) from e
     if not local:
-        raise fail(
-            f"sarl study run runs on this machine only with --local; to run {doc.name!r} on a "
-            f"cluster use `sarl submit {study}`"
-        )
+        here_or_fail(doc.name, "sarl study run", study)
     from sarl.runner.faults import RunFailed
     from sarl.storage import StorageError
     from sarl.study.runner import StudyOptions, run_study

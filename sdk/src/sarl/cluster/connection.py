@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -151,8 +151,26 @@ def _load_kubeconfig(cfg: Any, kubeconfig: str | Path | None, context: str | Non
     return str(((chosen or {}).get("context") or {}).get("namespace") or "")
 
 
+def configured_cluster(env: Mapping[str, str]) -> str | None:
+    """Which cluster configuration :func:`connect` would use with no arguments, in words
+    (``"the pod's service account"``, ``"kubeconfig ~/.kube/config"``), or None when there is
+    none: no ``KUBERNETES_SERVICE_HOST`` and no kubeconfig file. Reads no file's content and
+    reaches no server (``sarl run`` decides with it whether to train here)."""
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return "the pod's service account"
+    source = env.get("KUBECONFIG") or str(Path(env.get("HOME") or "~", ".kube", "config"))
+    files = [p for p in source.split(os.pathsep) if p and Path(p).expanduser().is_file()]
+    return f"kubeconfig {os.pathsep.join(files)}" if files else None
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-__all__ = ["ClusterError", "Connection", "connect", "require_kubernetes"]
+__all__ = [
+    "ClusterError",
+    "Connection",
+    "configured_cluster",
+    "connect",
+    "require_kubernetes",
+]
