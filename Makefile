@@ -59,7 +59,7 @@ study: setup-main ## The same Study with 3 seeds; report in out/study/
 	$(VENV)/bin/sarl study run examples/studies/local-study.yaml --local -j 2 --out out/study
 
 demo-traces: setup-main ## Score the bundled sample traces; table + reasoning-map PNGs under ./out/
-	$(VENV)/bin/sarl demo --out out
+	$(VENV)/bin/sarl demo-traces --out out
 
 test: test-main test-verl ## Run the full default test suite (both environments)
 

@@ -1,4 +1,5 @@
-"""``sarl map`` and ``sarl demo`` write real PNG reasoning maps."""
+"""``sarl map`` and ``sarl demo-traces`` write real PNG reasoning maps; ``sarl demo`` is the
+old name of the latter (hidden), which says the new one first (issue 40 item 7)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def test_map_index_out_of_range(run_cli: RunCli, tmp_path: Path, index: int, mes
 def test_demo_scores_bundled_samples_and_writes_one_png_each(
     run_cli: RunCli, tmp_path: Path
 ) -> None:
-    proc = run_cli("demo", "--out", str(tmp_path))
+    proc = run_cli("demo-traces", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     pngs = sorted(tmp_path.glob("*.png"))
     assert len(pngs) == 6
@@ -45,3 +46,17 @@ def test_demo_scores_bundled_samples_and_writes_one_png_each(
     for column in ("score", "C", "L", "steps", "nodes", "edges"):
         assert column in proc.stdout
     assert len((tmp_path / "scores.jsonl").read_text().splitlines()) == 6
+
+
+def test_the_old_demo_name_says_the_new_one_and_still_runs(run_cli: RunCli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"x": 1}\n')  # refused before any scoring: the command ran, quickly
+    proc = run_cli("demo", "--input", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "note: `sarl demo` is now `sarl demo-traces` (`make demo` runs the local Study); the "
+        "old name will be removed",
+        "error: sample 0: expected an object with a string 'response'",
+    ]
+    listed = run_cli("-h").stdout
+    assert "demo-traces" in listed and " demo " not in listed

@@ -1,12 +1,14 @@
-"""``sarl demo``: score the bundled sample reasoning traces and draw their reasoning maps.
+"""``sarl demo-traces``: score the bundled sample reasoning traces and draw their reasoning maps.
 
-What ``make demo`` runs (until the local training runner replaces it): a table of score, C, L,
+What ``make demo-traces`` runs (``make demo`` is the local Study): a table of score, C, L,
 steps, nodes and edges per response, one PNG per response and ``scores.jsonl`` under ``--out``.
-Uses the bundled all-MiniLM-L6-v2 embedder by default, so it works offline.
+Uses the bundled all-MiniLM-L6-v2 embedder by default, so it works offline. ``sarl demo`` is a
+hidden alias (:func:`demo_alias`) that says the new name first.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib import resources
 from pathlib import Path
@@ -51,9 +53,9 @@ def demo_command(
     embedding_model: opt.ModelOpt = None,
 ) -> None:
     """Score sample traces with the structure reward; print a table and write reasoning maps."""
-    from rich.console import Console
     from rich.table import Table
 
+    from sarl.cli.help_style import console
     from sarl.rewards.structure.scorer import StructureScorer
     from sarl.viz.reasoning_map import draw_reasoning_map
 
@@ -92,5 +94,19 @@ def demo_command(
                 str(result.num_edges),
                 png.name,
             )
-    Console(width=max(100, Console().width)).print(table)
+    console().print(table)
     typer.echo(f"wrote {len(results)} reasoning maps and scores.jsonl to {out}/")
+
+
+#: What the old name prints before it runs (on stderr, so the table on stdout is unchanged).
+RENAMED = (
+    "note: `sarl demo` is now `sarl demo-traces` (`make demo` runs the local Study); "
+    "the old name will be removed"
+)
+
+
+@functools.wraps(demo_command)
+def demo_alias(*args: Any, **kwargs: Any) -> None:
+    """``sarl demo``: the old name of ``sarl demo-traces`` (hidden), with a one-line note."""
+    typer.echo(RENAMED, err=True)
+    demo_command(*args, **kwargs)

@@ -1,9 +1,11 @@
-"""How every sarl command's ``-h`` shows its parameters: a flag with no type column (typer 0.29
+"""How sarl commands print: every ``-h`` shows its parameters a flag with no type column (typer 0.29
 prints ``<bool>`` beside ``--local``, which reads as a value to pass) and an argument by its
-placeholder alone (``FILE``, not ``FILE <path>``).
+placeholder alone (``FILE``, not ``FILE <path>``); output that is not a terminal is not
+wrapped at 80 columns (:func:`console`).
 
-Called once by :mod:`sarl.cli.main`, which gives every command and group it registers these
-classes (:func:`plain_parameters`); typer builds the click commands from them on each call.
+:func:`plain_parameters` is called once by :mod:`sarl.cli.main`, which gives every command and
+group it registers these classes; typer builds the click commands from them on each call.
+:func:`console` is called by the commands that print tables and status lines.
 """
 
 from __future__ import annotations
@@ -58,3 +60,21 @@ def plain_parameters(target: typer.Typer, info: Any = None) -> None:
     for group in target.registered_groups:
         if group.typer_instance is not None:
             plain_parameters(group.typer_instance, group)
+
+
+#: Columns of output that is not a terminal (a pipe, a file, a notebook's captured stream): Rich
+#: would wrap it at 80, splitting paths, URLs and table rows a script or `grep` reads.
+PIPE_WIDTH = 240
+
+
+def console(*, stderr: bool = False, soft_wrap: bool = False) -> Any:
+    """A Rich ``Console`` for command output: the terminal's width on a terminal, else
+    :data:`PIPE_WIDTH` (``COLUMNS``, when set, wins as Rich's own rule)."""
+    import os
+
+    from rich.console import Console
+
+    probe = Console(stderr=stderr)
+    if probe.is_terminal or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr, soft_wrap=soft_wrap)
+    return Console(stderr=stderr, soft_wrap=soft_wrap, width=PIPE_WIDTH)

@@ -109,11 +109,10 @@ def run_command(
 
 
 def _print(result: StudyResult) -> None:
-    from rich.console import Console
-
+    from sarl.cli.help_style import console as make_console
     from sarl.cli.study import print_report
 
-    console = Console()
+    console = make_console()
     for o in result.outcomes:
         extra = f": {o.error}" if o.error else ""
         console.print(f"{o.name}: {o.status}{extra}", markup=False)
