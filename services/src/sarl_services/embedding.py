@@ -315,11 +315,13 @@ def build_router(model: EmbeddingModel) -> APIRouter:
         "index", "embedding"}], "model", "usage"}``, one row per input in input order."""
         if not model.ready:
             raise not_ready(f"model {model.name!r}")
-        payload = await bodies.read_json_object(request)
-        parsed = parse_embedding_request(
-            payload, served_name=model.name, dim=model.dim, settings=settings
-        )
-        vectors, tokens = await unless_disconnected(request, encode(parsed.inputs))
+        # The decoded request stays in the body budget until its rows are back: requests
+        # waiting for a forward pass count against it (issue 38 item 3, as the reward service).
+        async with bodies.json_object(request) as payload:
+            parsed = parse_embedding_request(
+                payload, served_name=model.name, dim=model.dim, settings=settings
+            )
+            vectors, tokens = await unless_disconnected(request, encode(parsed.inputs))
         metrics.texts.inc(len(parsed.inputs))
         body = embedding_body(model.name, vectors, tokens, parsed.encoding_format)
         return Response(body, media_type="application/json")
@@ -334,9 +336,9 @@ def build_router(model: EmbeddingModel) -> APIRouter:
             )
         if not model.ready:
             raise not_ready(f"model {model.name!r}")
-        payload = await bodies.read_json_object(request)
-        instances = check_inputs(payload.get("instances"), "instances", settings)
-        vectors, _ = await unless_disconnected(request, encode(instances))
+        async with bodies.json_object(request) as payload:  # in the budget until encoded
+            instances = check_inputs(payload.get("instances"), "instances", settings)
+            vectors, _ = await unless_disconnected(request, encode(instances))
         metrics.texts.inc(len(instances))
         body = orjson.dumps({"predictions": vectors}, option=orjson.OPT_SERIALIZE_NUMPY)
         return Response(body, media_type="application/json")
