@@ -26,7 +26,8 @@ def _commands(command: Command, path: str) -> Iterator[tuple[str, Command]]:
     """``(full name, command)`` for ``command`` and everything under it, sorted by name."""
     yield path, command
     for name in sorted(getattr(command, "commands", None) or {}):
-        yield from _commands(command.commands[name], f"{path} {name}")
+        if not getattr(command.commands[name], "hidden", False):  # an old name kept as alias
+            yield from _commands(command.commands[name], f"{path} {name}")
 
 
 def _is_flag(param: Param) -> bool:
