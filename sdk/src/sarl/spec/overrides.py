@@ -105,7 +105,7 @@ def with_prefix(model: type[BaseModel], loc: Sequence[str | int], key: str) -> t
 
 
 def _prefixes(model: type[BaseModel]) -> list[tuple[str, ...]]:
-    """Where a key may start without naming the path to it: ``spec`` (and a Study's base)."""
+    out: list[tuple[str, ...]] = [("spec",)] if "spec" in (fields_at(model, ()) or ()) else []
     out = [("spec",)] if "spec" in (fields_at(model, ()) or ()) else []
     if out and "base" in (fields_at(model, out[0]) or ()):
         out.append(("spec", "base"))
