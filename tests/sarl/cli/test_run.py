@@ -12,10 +12,15 @@ from sarl.cli.main import app
 EXAMPLE = Path(__file__).parents[3] / "examples" / "sarl-grpo-math.yaml"
 
 
-def test_run_without_local_names_the_submit_command() -> None:
-    result = CliRunner().invoke(app, ["run", str(EXAMPLE)])
+def test_run_without_local_names_the_submit_command(tmp_path: Path) -> None:
+    """With a cluster configured (a kubeconfig file; without one `sarl run` trains here:
+    tests/sarl/cli/test_run_where.py)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    env = {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": ""}
+    result = CliRunner().invoke(app, ["run", str(EXAMPLE)], env=env)
     assert result.exit_code == 2
-    assert f"sarl submit {EXAMPLE}" in result.output
+    assert f"sarl submit {EXAMPLE}" in result.output and "--local" in result.output
 
 
 STUDY = Path(__file__).resolve().parents[3] / "examples" / "studies" / "sarl-math.yaml"
@@ -40,7 +45,10 @@ def test_validate_study_error_is_one_line(tmp_path: Path) -> None:
     assert "spec.seeds=[0, 0]: duplicate seeds [0]" in result.output
 
 
-def test_study_run_without_local_names_the_submit_command() -> None:
-    result = CliRunner().invoke(app, ["study", "run", str(STUDY)])
+def test_study_run_without_local_names_the_submit_command(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"  # a cluster configured, as above
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    env = {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": ""}
+    result = CliRunner().invoke(app, ["study", "run", str(STUDY)], env=env)
     assert result.exit_code == 2
-    assert "sarl submit" in result.output
+    assert "sarl submit" in result.output and "--local" in result.output
