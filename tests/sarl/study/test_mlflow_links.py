@@ -121,3 +121,16 @@ def test_a_server_study_links_to_the_server_and_its_pages_load(mlflow_server: An
 def test_no_links_without_an_experiment_or_for_a_store_without_a_ui() -> None:
     assert _result("sqlite:////tmp/x/mlflow.db", experiment_id=None).browse_lines() == []
     assert _result("file:///tmp/mlruns").browse_lines() == []
+
+
+def test_sarl_study_run_prints_the_links_uncut(capsys: pytest.CaptureFixture[str]) -> None:
+    """What ``sarl study run`` prints at the end (its ``_print``), piped: the command and every
+    link whole on one line, however narrow the terminal."""
+    from sarl.cli.study_run import _print
+
+    result = _result("sqlite:////tmp/a/very/long/path/to/the/checkout/.sarl/mlflow.db")
+    _print(result)
+    out = capsys.readouterr().out.splitlines()
+    for line in result.browse_lines():
+        assert line in out
+    assert any(CHART_VIEW_QUERY in line for line in out)

@@ -120,3 +120,5 @@ def _print(result: StudyResult) -> None:
         names = ("summary.json", "report.md", "curves.png")
         print_report(result.report, [(result.out_dir or Path()) / name for name in names])
     console.print(f"MLflow parent run {result.parent_run_id} at {result.tracking_uri}")
+    for line in result.browse_lines():  # the mlflow ui command, the chart view, each run
+        console.print(line, markup=False, soft_wrap=True)  # a URL cut in two cannot be opened
