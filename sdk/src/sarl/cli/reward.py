@@ -63,6 +63,10 @@ def structure_command(
 
     One JSON object per input line, in order: its score or {"error": "line N: ...", "line": N}.
 
+    The structure reward's own contract: step_labels or embeddings may replace the response;
+    the output carries the labels.
+    For responses alone, `sarl reward score structure` scores it as any reward.
+
     Exit codes:
     0 = every line scored;
     1 = some lines could not be scored (see their error objects);
