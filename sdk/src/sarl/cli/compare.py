@@ -90,8 +90,7 @@ def compare_command(
     On a platform with tenants, runs of your namespace's experiments only (``NS/<name>``)."""
     if not runs and not experiment:
         raise fail("give run ids or names (or a Study's name) and/or --experiment NAME")
-    from rich.console import Console
-
+    from sarl.cli.help_style import console
     from sarl.tracking.compare import compare_runs, plot_curves
     from sarl.tracking.scope import default_namespace
     from sarl.tracking.tracker import TrackingError, default_tracking_uri
@@ -108,5 +107,5 @@ def compare_command(
         path = plot_curves(comparison, out)
     except OSError as e:
         raise fail(f"--out {out}: {e.strerror or e}") from e
-    Console().print(comparison)
+    console().print(comparison)  # piped: not wrapped at 80 columns
     typer.echo(f"curves: {path}")

@@ -108,16 +108,13 @@ def report_command(
 def print_report(report: StudyReport, written: Iterable[Path]) -> None:
     """The report's tables as the CLI prints every result (rich tables: the per-arm table and
     the paired differences a notebook shows for a Study), how to read them, and the files
-    ``written``. Off a terminal the lines are 160 columns wide so the arms table stays whole."""
-    from rich.console import Console
-
+    ``written``. Off a terminal the lines are wide (help_style.console) so the table stays whole."""
     from sarl import display
+    from sarl.cli.help_style import console as make_console
     from sarl.study.render import how_read
     from sarl.study.result import _report_tables  # the notebook's tables: both read alike
 
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
+    console = make_console()  # piped: wide, not wrapped at 80 columns
     section = display.Section(
         f"Study {report.study}", _report_tables(report), [how_read(report).replace("`", "")]
     )
