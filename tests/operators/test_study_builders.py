@@ -188,10 +188,25 @@ def test_report_job_runs_sarl_study_report_into_the_parent_run() -> None:
     assert study_builders.report_uri("parent-1") == "runs:/parent-1/report/"
 
 
-def test_configmap_holds_the_validated_study() -> None:
+def test_configmap_holds_what_the_report_reads_and_nothing_free_form() -> None:
+    """The report Job logs ``study.yaml`` to MLflow: only allow-listed fields (issue 38 item 8),
+    still a valid Study with the arms, reference, seeds and k the report reads."""
     s = study()
-    data = study_builders.configmap(s, NAMESPACE)["data"]
-    assert load_study(data["study.yaml"]) == s
+    prompt = s.spec.base.data.prompt_template + " note: Vb7Qm2Kx9Lp4Rt8Wz3Nc6"
+    data_spec = s.spec.base.data.model_copy(update={"prompt_template": prompt})
+    s = s.model_copy(
+        update={
+            "spec": s.spec.model_copy(
+                update={"base": s.spec.base.model_copy(update={"data": data_spec})}
+            )
+        }
+    )
+    text = study_builders.configmap(s, NAMESPACE)["data"]["study.yaml"]
+    stored = load_study(text)
+    assert "Vb7Qm2Kx9Lp4Rt8Wz3Nc6" not in text
+    assert [a.name for a in stored.spec.arms] == [a.name for a in s.spec.arms]
+    assert stored.spec.reference_arm == s.spec.reference_arm and stored.spec.seeds == s.spec.seeds
+    assert stored.spec.base.evaluation.k == s.spec.base.evaluation.k
 
 
 def _status(phase: str | None, evaluated: str | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ environment. Children of a Study ``<study>`` in its namespace, each owned by the
   serving spec, :func:`shared_models`) instead of one ``<run>-embedding`` per run: the runs'
   embedders are given its URL (a non-empty url, so their Experiments serve nothing); created
   before the first run that calls it, deleted once no unfinished run calls it (:func:`needed`);
-* ConfigMap ``<study>-config``: ``study.yaml``, the validated Study (mounted by the report Job);
+* ConfigMap ``<study>-config``: ``study.yaml``, the Study's loggable fields (for the report Job);
 * Job ``<study>-report`` once every run has finished: ``sarl study report`` in the trainer image,
   with the evaluation Job's pod builder and environment (``MLFLOW_RUN_ID`` = the parent run).
   An init container first logs ``study.yaml`` as ``spec/study.yaml`` of the parent run, where
@@ -35,6 +35,7 @@ import yaml
 
 from sarl.integrations.cluster import MAX_NAME, PREDICTOR_SUFFIX
 from sarl.spec.experiment import API_VERSION, KIND, Experiment, Metadata
+from sarl.spec.loggable import DOCUMENT_NOTE, loggable_study
 from sarl.spec.secrets import redact
 from sarl.spec.study import LABEL_STUDY, Study, StudyRun
 from sarl_operator import child_meta, evaluation, job_pods, served_models
@@ -210,10 +211,11 @@ def report_uri(parent_run_id: str) -> str:
 
 
 def configmap(study: Study, namespace: str) -> dict[str, Any]:
-    """ConfigMap ``<study>-config`` holding the validated Study as ``study.yaml``, redacted
-    (:func:`sarl.spec.secrets.redact`; a no-op on a validated Study): the report Job logs it to
-    the parent MLflow run."""
-    doc = redact(study.model_dump(mode="json"))
+    """ConfigMap ``<study>-config`` holding the Study as ``study.yaml``: the report Job logs it
+    to the parent MLflow run, so only its allow-listed fields (:mod:`sarl.spec.loggable`, issue
+    38 item 8; what the report reads: arms, reference, k), redacted
+    (:func:`sarl.spec.secrets.redact`; a no-op on a validated Study)."""
+    doc = redact(loggable_study(study.model_dump(mode="json")))
     doc["metadata"]["namespace"] = namespace
     return {
         "apiVersion": "v1",
@@ -223,7 +225,7 @@ def configmap(study: Study, namespace: str) -> dict[str, Any]:
             "namespace": namespace,
             "labels": labels(study, "config"),
         },
-        "data": {STUDY_FILE: yaml.safe_dump(doc, sort_keys=False)},
+        "data": {STUDY_FILE: DOCUMENT_NOTE + yaml.safe_dump(doc, sort_keys=False)},
     }
 
 

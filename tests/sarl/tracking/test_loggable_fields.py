@@ -180,12 +180,15 @@ def test_typed_settings_of_a_built_in_reward(settings: dict[str, Any], logged: A
     assert loggable_spec(spec)["reward"][0]["settings"] == logged
 
 
-def test_an_override_of_a_reward_setting_is_left_out_of_the_study() -> None:
-    doc = {
-        "kind": "Study",
-        "spec": {"arms": [{"name": "a", "override": {"reward": [{"name": "x"}], "k": 1}}]},
-    }
-    assert loggable_study(doc)["spec"]["arms"] == [{"name": "a"}]
+def test_an_arm_override_is_judged_as_a_spec_with_its_own_rewards() -> None:
+    reward = [
+        {"name": "structure", "settings": {"workers": 2}},
+        {"name": NOTE_REWARD, "settings": {"note": SECRET}},
+    ]
+    override = {"reward": reward, "serving": {"judge": {"extra_args": [SECRET]}}, "k": 1}
+    doc = {"kind": "Study", "spec": {"arms": [{"name": "a", "override": override}]}}
+    kept = [{"name": "structure", "settings": {"workers": 2}}, {"name": NOTE_REWARD}]
+    assert loggable_study(doc)["spec"]["arms"] == [{"name": "a", "override": {"reward": kept}}]
 
 
 # -- the credentials of item 8 planted again, through everything a local run writes ---------------

@@ -224,7 +224,7 @@ def loggable_experiment(doc: Mapping[str, Any]) -> dict[str, Any]:
 def loggable_study(doc: Mapping[str, Any]) -> dict[str, Any]:
     """A Study document as a JSON dict with only its allow-listed leaves (others left out, as
     :func:`loggable_experiment`): its base spec as an Experiment's, each arm's override by the
-    path it sets in the spec (``algorithm.learning_rate: 1e-5`` is kept,
+    path it sets in the spec (``algorithm: {learning_rate: 1e-5}`` and a reward list are kept,
     ``serving.judge.extra_args`` is not), arm names, seeds, parallelism and reference. The Study
     report reads arm order, reference arm and ``k`` from it."""
 
@@ -239,15 +239,22 @@ def loggable_study(doc: Mapping[str, Any]) -> dict[str, Any]:
             if len(path) >= 3 and path[0] == "arms" and path[2] == "override":
                 if len(path) == 3:
                     return _is_container(value)
-                # An override key may itself be dotted ("algorithm.learning_rate"): the spec
-                # path. Reward settings in an override are never kept (which reward is unknown).
-                target = tuple(".".join(path[3:]).split("."))
-                return target[:1] != ("reward",) and base_allowed(target, value)
+                # An override is a partial spec: judged as one, its own reward list (lists
+                # replace) typing its reward settings.
+                return _spec_allowed(_override(body, path[1]))(path[3:], value)
             return _matches(path, study, _is_container(value))
 
         return _keep(body, (), allowed, omit=True)
 
     return _document(doc, spec)
+
+
+def _override(body: Mapping[str, Any], index: str) -> Mapping[str, Any]:
+    """The override of ``body``'s arm ``index`` (empty when not a mapping)."""
+    arms = body.get("arms")
+    arm = arms[int(index)] if isinstance(arms, list) and index.isdigit() else None
+    override = arm.get("override") if isinstance(arm, Mapping) else None
+    return override if isinstance(override, Mapping) else {}
 
 
 #: The first line of a stored spec document: what was left out and why.
