@@ -173,6 +173,8 @@ def test_the_same_kernel_runs_again_with_the_notebook_reward(
         "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     )
     assert reply.status == "ok", (reply.ename, reply.evalue, reply.stderr[-3000:])
+    # A front end shows stderr as a red box: a run that goes well writes none (issue 40 item 5).
+    assert reply.stderr == "", reply.stderr[-3000:]
     steps, brevity = reply.stdout.splitlines()[0].split()
     assert steps == "2" and 0.0 <= float(brevity) <= 1.0
     assert reply.stdout.splitlines()[1] == "True"  # the kernel's Ctrl-C handling is back
