@@ -1,8 +1,9 @@
 """The allow-list of spec fields that may be logged (MLflow params, the stored spec document).
 
 Called by :meth:`sarl.tracking.tracker.Tracker.start_experiment` (a training run's params and
-``spec/experiment.yaml``), the evaluation job (``sarl_jobs.evaluate``) and the Study runner
-(the parent run's ``spec/study.yaml``). This module is the one source of truth for what of a spec
+``spec/experiment.yaml``), the evaluation job (``sarl_jobs.evaluate``), the Study runner (the
+parent run's ``spec/study.yaml``) and the operator's Study ConfigMap (which its report Job logs
+as ``spec/study.yaml``). This module is the one source of truth for what of a spec
 leaves the user's machine for a tracking server.
 
 Why an allow-list and not only redaction (issue 38 item 8): :func:`sarl.spec.secrets.redact`
