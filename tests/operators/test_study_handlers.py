@@ -157,7 +157,11 @@ def test_fan_out_two_arms_two_seeds_owned_labelled_and_nested_under_the_parent_r
         assert obj["spec"]["tracking"]["tags"]["mlflow.parentRunId"] == "parent-1"
     ((experiment, kwargs),) = h.tracker.calls
     assert experiment == "fan" and kwargs["uid"] == UID and kwargs["run_name"] == "fan"
-    assert kwargs["tags"] == {"sarl.role": "study", "sarl.study": "fan"}
+    assert kwargs["tags"] == {
+        "mlflow.runColor": "#999999",  # grey: the arms have the colours (issue 40 item 4)
+        "sarl.role": "study",
+        "sarl.study": "fan",
+    }
     status = h.status
     assert status["mlflowParentRunId"] == "parent-1"
     assert status["mlflowRunUrl"] == (

@@ -158,6 +158,7 @@ def test_fan_out_is_owned_labelled_and_nested_under_the_parent_run(
         assert name == f"fan-{arm}-s{seed}"
         tags = obj["spec"]["tracking"]["tags"]
         assert tags == {
+            "mlflow.runColor": {"low": "#0072B2", "high": "#E69F00"}[arm],  # issue 40 item 4
             "sarl.study": "fan",
             "arm": arm,
             "seed": seed,
@@ -171,6 +172,7 @@ def test_fan_out_is_owned_labelled_and_nested_under_the_parent_run(
     parent_run = mlflow.get_run(parent)
     assert parent_run.data.tags["sarl.role"] == "study"
     assert parent_run.data.tags["sarl.study"] == "fan"
+    assert parent_run.data.tags["mlflow.runColor"] == "#999999"  # grey: no arm's colour
     assert parent_run.data.tags["sarl.dev/experiment-uid"] == uid
     status = _status(server, "fan")
     eid = parent_run.info.experiment_id

@@ -49,7 +49,7 @@ from sarl.integrations.cluster import check_cluster
 from sarl.plan import check_plan, check_study_plan, store_capacity_from_env
 from sarl.spec.experiment import API_VERSION, KIND
 from sarl.spec.loader import SpecError, load_study
-from sarl.spec.study import TAG_ROLE, TAG_STUDY, Study, StudyRun
+from sarl.spec.study import Study, StudyRun, parent_run_tags
 from sarl.tracking.describe import experiment_description, study_description
 from sarl_operator import study_builders, study_status, tenant_mlflow
 from sarl_operator.admission import image_violations
@@ -226,7 +226,7 @@ def ensure_parent_run(
     experiment = tenant_mlflow.scoped_name(study.mlflow_experiment, namespace, settings.platform)
 
     def ensure(tracker: Tracker, meta: Mapping[str, Any]) -> RunRef:
-        tags = {**study.spec.base.tracking.tags, TAG_ROLE: "study", TAG_STUDY: study.name}
+        tags = {**study.spec.base.tracking.tags, **parent_run_tags(study.name)}
         return tracker.ensure_run(
             experiment,
             run_name=study.name,

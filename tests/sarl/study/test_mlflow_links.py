@@ -18,7 +18,7 @@ import pytest
 
 from sarl import display
 from sarl.spec.loader import load_study
-from sarl.spec.study import ARM_COLORS, TAG_ARM, TAG_COLOR, Study
+from sarl.spec.study import ARM_COLORS, STUDY_COLOR, TAG_ARM, TAG_COLOR, Study
 from sarl.study.result import RunOutcome, StudyResult
 from sarl.tracking.describe import CHART_VIEW_QUERY
 from sarl.tracking.tracker import Tracker
@@ -134,3 +134,17 @@ def test_sarl_study_run_prints_the_links_uncut(capsys: pytest.CaptureFixture[str
     for line in result.browse_lines():
         assert line in out
     assert any(CHART_VIEW_QUERY in line for line in out)
+
+
+def test_the_studys_parent_run_is_grey(mlflow_server: Any) -> None:
+    """Untagged, the parent run got MLflow's own colour, a blue close to the first arm's (seen
+    in the chart view of the demo's store with the parent row expanded)."""
+    from sarl.study.runner import open_parent_run
+
+    doc: dict[str, Any] = _demo().model_dump(mode="json")
+    doc["metadata"]["name"] = "grey-parent"
+    parent = open_parent_run(load_study(doc), mlflow_server.url)
+    parent.finish("FINISHED")
+    run = mlflow.MlflowClient(mlflow_server.url).get_run(parent.run_id)
+    assert run.data.tags[TAG_COLOR] == STUDY_COLOR
+    assert STUDY_COLOR not in ARM_COLORS

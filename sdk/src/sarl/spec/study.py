@@ -72,6 +72,17 @@ ARM_COLORS: Final = (
 )
 
 
+#: The Study's parent run: grey, so that no arm is mistaken for it in the chart view (MLflow's
+#: own colour for an untagged run is a blue close to the first arm's).
+STUDY_COLOR: Final = "#999999"
+
+
+def parent_run_tags(study: str) -> dict[str, str]:
+    """The MLflow tags of a Study's parent run (local runner and operator alike): its role, the
+    Study's name and :data:`STUDY_COLOR`."""
+    return {TAG_ROLE: "study", TAG_STUDY: study, TAG_COLOR: STUDY_COLOR}
+
+
 def arm_color(index: int) -> str:
     """The colour of the arm at ``index`` in the Study's arms (the palette repeats after 8)."""
     return ARM_COLORS[index % len(ARM_COLORS)]

@@ -38,7 +38,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sarl.spec.experiment import Experiment
-from sarl.spec.study import TAG_ARM, TAG_PARENT, TAG_ROLE, TAG_SEED, TAG_STUDY, Study, StudyRun
+from sarl.spec.study import (
+    TAG_ARM,
+    TAG_PARENT,
+    TAG_ROLE,
+    TAG_SEED,
+    TAG_STUDY,
+    Study,
+    StudyRun,
+    parent_run_tags,
+)
 from sarl.study.result import RunOutcome, StudyResult
 
 if TYPE_CHECKING:
@@ -173,7 +182,7 @@ def open_parent_run(study: Study, tracking_uri: str) -> Any:
         tracking_uri,
         study.mlflow_experiment,
         study.name,
-        tags={TAG_ROLE: "study", TAG_STUDY: study.name, TAG_HASH: digest},
+        tags={**parent_run_tags(study.name), TAG_HASH: digest},
         params=flatten_params(
             {"arms": [a.name for a in study.spec.arms], "seeds": study.spec.seeds}
         ),
