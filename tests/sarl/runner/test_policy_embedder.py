@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sarl.runner.local import LocalOptions, run_local
+from sarl.runner.threads import one_torch_thread
 from tests.sarl.embedding import tiny_policy
 
 pytest.importorskip("trl")
@@ -22,7 +23,7 @@ def test_grpo_with_the_policy_embedder_logs_the_structure_reward(
     workdir = tiny_policy.workdir(tmp_path_factory)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     exp = tiny_policy.tiny_experiment("policy-embedder-run")
-    with tiny_policy.one_torch_thread():
+    with one_torch_thread():
         result = run_local(exp, LocalOptions(workdir=workdir, tracking_uri=uri, progress=False))
     client = mlflow.MlflowClient(uri)
     assert client.get_run(result.run_id).info.status == "FINISHED"
