@@ -1,5 +1,7 @@
-"""``sarl reward structure`` on hostile input (issue 12): one output per line, a line's problem is
-that line's error, crashes are exit 3 — checked on the reproducers and as properties."""
+"""The structure reward's lines on hostile input (issue 12): one output per line, a line's problem
+is that line's error, crashes are exit 3 — checked on the reproducers (by the name ``sarl reward
+score structure`` and by the hidden old name ``sarl reward structure``) and as properties of
+their one engine, :mod:`sarl.cli.structure_lines`."""
 
 from __future__ import annotations
 
@@ -18,22 +20,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from sarl.cli import reward as cli
+from sarl.cli import lines as cli
+from sarl.cli import structure_lines
 from sarl.cli.lines import is_blank
 from sarl.cli.main import app
 from sarl.embedding.base import normalize_rows
 from sarl.rewards.structure.config import StructureRewardConfig
-from sarl.rewards.structure.result import OUTPUT_KEYS
+from sarl.rewards.structure.result import OUTPUT_KEYS, StructureResult
 from tests.sarl.cli.conftest import SDK_SRC, _command
 
 HUGE_INT = "1" + "0" * 4300  # 4,301 digits: past Python's int-string limit
 FAR = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0.01, 0], [0, 1, 0.01], [0.01, 0, 1], [1, 0, 0.01]]
 
 
-def run_bytes(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+NAMES = pytest.mark.parametrize(
+    "name", [("reward", "score", "structure"), ("reward", "structure")], ids=["score", "old-name"]
+)
+
+
+def run_bytes(stdin: bytes, name: Sequence[str]) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": str(SDK_SRC), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        [*_command(), "reward", "structure", *args],
+        [*_command(), *name],
         input=stdin,
         capture_output=True,
         env=env,
@@ -50,7 +58,8 @@ def scaled(rows: list[list[float]], factor: float) -> list[list[float]]:
     return [[x * factor for x in row] for row in rows]
 
 
-def test_every_reproducer_is_its_own_line_error_and_the_rest_still_score() -> None:
+@NAMES
+def test_every_reproducer_is_its_own_line_error_and_the_rest_still_score(name: list[str]) -> None:
     lines = [
         b'{"step_labels": [0, 1]}',
         b'{"step_labels": [1' + b"0" * 4300 + b"]}",  # int-string limit in json.loads
@@ -65,7 +74,7 @@ def test_every_reproducer_is_its_own_line_error_and_the_rest_still_score() -> No
         b'{"response": "a\rb", "step_labels": [0]}',  # ... and a control character in a string
         b'{"step_labels": [0, 1, 2, 0]}',
     ]
-    proc = run_bytes(b"\n".join(lines) + b"\n")
+    proc = run_bytes(b"\n".join(lines) + b"\n", name)
     assert b"Traceback" not in proc.stderr
     assert proc.returncode == cli.EXIT_INVALID_LINES
     rows = rows_of(proc.stdout)
@@ -85,28 +94,33 @@ def test_every_reproducer_is_its_own_line_error_and_the_rest_still_score() -> No
     assert rows[11]["score"] == pytest.approx(1.0)
 
 
-def test_a_line_never_fails_its_chunk() -> None:
+@NAMES
+def test_a_line_never_fails_its_chunk(name: list[str]) -> None:
     """The 1e200 / 5e-324 lines used to fail every embeddings line of their 1,024-line chunk."""
     good = json.dumps({"step_embeddings": FAR}).encode()
     extreme = [json.dumps({"step_embeddings": scaled(FAR, f)}).encode() for f in (1e200, 5e-324)]
-    proc = run_bytes(b"\n".join([good, *extreme, good]) + b"\n")
+    proc = run_bytes(b"\n".join([good, *extreme, good]) + b"\n", name)
     assert proc.returncode == cli.EXIT_OK, proc.stderr
     rows = rows_of(proc.stdout)
     assert rows[1]["labels"] == rows[0]["labels"] == rows[3]["labels"]
 
 
-def test_an_internal_error_exits_3_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+@NAMES
+def test_an_internal_error_exits_3_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, name: list[str]
+) -> None:
     def broken(*args: object) -> None:
         raise TypeError("a bug\non two lines")
 
-    monkeypatch.setattr(cli, "score_isolated", broken)
-    result = CliRunner().invoke(app, ["reward", "structure"], input='{"step_labels": [0, 1]}\n')
+    monkeypatch.setattr(structure_lines, "score_isolated", broken)
+    result = CliRunner().invoke(app, list(name), input='{"step_labels": [0, 1]}\n')
     assert result.exit_code == cli.EXIT_INTERNAL
-    assert result.stderr == "error: internal error: TypeError: a bug on two lines\n"
+    assert result.stderr.splitlines()[-1] == "error: internal error: TypeError: a bug on two lines"
 
 
-def test_exit_codes_are_in_the_help() -> None:
-    result = CliRunner().invoke(app, ["reward", "structure", "--help"])
+@NAMES
+def test_exit_codes_are_in_the_help(name: list[str]) -> None:
+    result = CliRunner().invoke(app, [*name, "--help"])
     assert all(f"{code} = " in result.output for code in "0123")
 
 
@@ -126,11 +140,13 @@ class Utf8Embedder:
 
 
 def score_lines(lines: list[bytes], chunk_lines: int = cli.CHUNK_LINES) -> list[dict[str, Any]]:
-    out = io.StringIO()
-    lazy = cli._LazyEmbedder(Utf8Embedder)
+    lazy = structure_lines.LazyEmbedder(Utf8Embedder)
     config = StructureRewardConfig(max_steps=64)
-    cli.score_stream(io.BytesIO(b"".join(lines)), out, config, lazy, chunk_lines=chunk_lines)
-    return [json.loads(line) for line in out.getvalue().splitlines()]
+    stream = io.BytesIO(b"".join(lines))
+    batches = structure_lines.score_lines(
+        stream, config, lazy, StructureResult.to_dict, chunk_lines=chunk_lines
+    )
+    return [line.row for batch in batches for line in batch]
 
 
 def without_number(row: dict[str, Any]) -> dict[str, Any]:

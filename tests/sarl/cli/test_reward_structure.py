@@ -1,4 +1,7 @@
-"""The ``sarl reward structure`` contract: JSON Lines in, one JSON object per line out."""
+"""The structure reward's JSON Lines contract: JSON Lines in, one JSON object per line out — by
+its name ``sarl reward score structure`` and by the hidden old name ``sarl reward structure``
+(issue 40 item 7: one name for each thing). Each contract test runs against both names; the
+old name's options are the new name's ``--set`` settings (:data:`OPTIONS`)."""
 
 from __future__ import annotations
 
@@ -10,13 +13,52 @@ import pytest
 from sarl.rewards.structure.result import OUTPUT_KEYS
 from tests.sarl.cli.conftest import RunCli, jsonl, outputs
 
+NEW = ("reward", "score", "structure")
+OLD = ("reward", "structure")
+#: The keys of a scored line by each name: the new name adds ``degenerate`` (a component of the
+#: reward, as for every reward ``score`` prints) and keeps the old name's keys.
+KEYS = {
+    NEW: [
+        "score",
+        "clustering",
+        "path_length",
+        "num_steps",
+        "num_nodes",
+        "num_edges",
+        "degenerate",
+        "labels",
+    ],
+    OLD: list(OUTPUT_KEYS),
+}
+
+
+#: The new name's setting for each old flag that is not spelled alike.
+SETTING = {
+    "embedder": "embedder.kind",
+    "embedding_url": "embedder.url",
+    "embedding_model": "embedder.model",
+}
+
+
+def options(name: tuple[str, ...], **values: str) -> list[str]:
+    """The old name's flags (``--max-steps 0``) or the new name's settings (``--set
+    max_steps=0``) for the same values."""
+    if name == OLD:
+        return [arg for k, v in values.items() for arg in (f"--{k.replace('_', '-')}", v)]
+    return [arg for k, v in values.items() for arg in ("--set", f"{SETTING.get(k, k)}={v}")]
+
+
+both = pytest.mark.parametrize("name", [NEW, OLD], ids=["score-structure", "old-name"])
+
 THREE_STEPS = "<think>a\n\nb\n\nc</think>answer"
 
 
-def test_labels_only_lines_need_no_model_and_follow_the_paper(run_cli: RunCli) -> None:
+@both
+def test_labels_only_lines_need_no_model_and_follow_the_paper(
+    run_cli: RunCli, name: tuple[str, ...]
+) -> None:
     proc = run_cli(
-        "reward",
-        "structure",
+        *name,
         stdin=jsonl(
             [
                 {"step_labels": [0, 1, 2]},
@@ -27,11 +69,11 @@ def test_labels_only_lines_need_no_model_and_follow_the_paper(run_cli: RunCli) -
     )
     assert proc.returncode == 0, proc.stderr
     rows = outputs(proc)
-    assert [list(r) for r in rows] == [list(OUTPUT_KEYS)] * 3
+    assert [list(r) for r in rows] == [KEYS[name]] * 3
     assert rows[0]["score"] == pytest.approx(3 / 7)
     assert rows[1]["score"] == pytest.approx(1.0)
     assert rows[1]["num_edges"] == 6
-    assert rows[2] == {
+    assert {k: rows[2][k] for k in OUTPUT_KEYS} == {
         "score": 0.0,
         "clustering": 0.0,
         "path_length": None,
@@ -42,7 +84,8 @@ def test_labels_only_lines_need_no_model_and_follow_the_paper(run_cli: RunCli) -
     }
 
 
-def test_step_embeddings_are_clustered(run_cli: RunCli) -> None:
+@both
+def test_step_embeddings_are_clustered(run_cli: RunCli, name: tuple[str, ...]) -> None:
     far = [
         [1, 0, 0],
         [0, 1, 0],
@@ -54,7 +97,7 @@ def test_step_embeddings_are_clustered(run_cli: RunCli) -> None:
         [0, 1.01, 0],
         [0, 0.02, 1],
     ]  # M = 9 -> k = 3, a triangle walk
-    proc = run_cli("reward", "structure", stdin=jsonl([{"step_embeddings": far}]))
+    proc = run_cli(*name, stdin=jsonl([{"step_embeddings": far}]))
     assert proc.returncode == 0, proc.stderr
     row = outputs(proc)[0]
     assert row["labels"] == [0, 1, 2] * 3
@@ -79,12 +122,12 @@ def test_step_embeddings_are_clustered(run_cli: RunCli) -> None:
         ({"prompt": "no response"}, "response: missing"),
     ],
 )
+@both
 def test_a_malformed_line_reports_its_number_and_others_still_score(
-    run_cli: RunCli, line: object, message: str
+    run_cli: RunCli, line: object, message: str, name: tuple[str, ...]
 ) -> None:
     proc = run_cli(
-        "reward",
-        "structure",
+        *name,
         stdin=jsonl([{"step_labels": [0, 1]}, line, {"step_labels": [0, 1, 2]}]),
     )
     assert proc.returncode == 1
@@ -97,61 +140,64 @@ def test_a_malformed_line_reports_its_number_and_others_still_score(
     assert rows[2]["score"] == pytest.approx(3 / 7)
 
 
+@both
 def test_blank_line_in_the_middle_is_an_error_but_trailing_blank_lines_are_ignored(
-    run_cli: RunCli,
+    run_cli: RunCli, name: tuple[str, ...]
 ) -> None:
-    proc = run_cli(
-        "reward", "structure", stdin='{"step_labels": [0, 1]}\n\n{"step_labels": [0]}\n\n\n'
-    )
+    proc = run_cli(*name, stdin='{"step_labels": [0, 1]}\n\n{"step_labels": [0]}\n\n\n')
     rows = outputs(proc)
     assert len(rows) == 3
     assert "line 2: empty line" in rows[1]["error"]
     assert proc.returncode == 1
 
 
-def test_labels_without_response_are_the_steps(run_cli: RunCli) -> None:
-    proc = run_cli("reward", "structure", stdin=jsonl([{"step_labels": []}]))
+@both
+def test_labels_without_response_are_the_steps(run_cli: RunCli, name: tuple[str, ...]) -> None:
+    proc = run_cli(*name, stdin=jsonl([{"step_labels": []}]))
     assert outputs(proc)[0]["num_steps"] == 0
     assert outputs(proc)[0]["score"] == 0.0
 
 
-def test_variant_and_input_file(run_cli: RunCli, tmp_path: Path) -> None:
+@both
+def test_variant_and_input_file(run_cli: RunCli, tmp_path: Path, name: tuple[str, ...]) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text(jsonl([{"step_labels": [0, 1, 2, 0]}]))
-    full = outputs(run_cli("reward", "structure", "--input", str(path)))[0]["score"]
-    c_only = outputs(run_cli("reward", "structure", "--input", str(path), "--variant", "c_only"))
-    l_only = outputs(run_cli("reward", "structure", "--input", str(path), "--variant", "l_only"))
+    full = outputs(run_cli(*name, "--input", str(path)))[0]["score"]
+    c_only = outputs(run_cli(*name, "--input", str(path), *options(name, variant="c_only")))
+    l_only = outputs(run_cli(*name, "--input", str(path), *options(name, variant="l_only")))
     assert (full, c_only[0]["score"], l_only[0]["score"]) == pytest.approx((1.0, 0.5, 0.5))
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("name", "args", "message"),
     [
-        (["--input", "/no/such/file.jsonl"], "--input: no such file"),
-        (["--embedder", "openai"], "--embedding-url is required"),
-        (["--max-steps", "0"], "--max-steps"),
-        (["--clustering", "dbscan"], "dbscan"),
+        (OLD, ["--input", "/no/such/file.jsonl"], "--input: no such file"),
+        (OLD, ["--embedder", "openai"], "--embedding-url is required"),
+        (OLD, ["--max-steps", "0"], "--max-steps"),
+        (OLD, ["--clustering", "dbscan"], "dbscan"),
+        (NEW, ["--input", "/no/such/file.jsonl"], "--input: no such file"),
+        (NEW, options(NEW, embedder="openai"), "embedder.url: required"),
+        (NEW, options(NEW, max_steps="0"), "setting 'max_steps'=0"),
+        (NEW, options(NEW, clustering="dbscan"), "dbscan"),
+        (NEW, ["--set", "embedder=openai"], "setting 'embedder'"),
     ],
 )
 def test_bad_options_exit_2_with_a_one_line_message(
-    run_cli: RunCli, args: list[str], message: str
+    run_cli: RunCli, name: tuple[str, ...], args: list[str], message: str
 ) -> None:
-    proc = run_cli("reward", "structure", *args, stdin=jsonl([{"step_labels": [0, 1]}]))
+    proc = run_cli(*name, *args, stdin=jsonl([{"step_labels": [0, 1]}]))
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_unreachable_embedding_server_fails_text_lines_not_label_lines(run_cli: RunCli) -> None:
+@both
+def test_unreachable_embedding_server_fails_text_lines_not_label_lines(
+    run_cli: RunCli, name: tuple[str, ...]
+) -> None:
     proc = run_cli(
-        "reward",
-        "structure",
-        "--embedder",
-        "openai",
-        "--embedding-url",
-        "http://127.0.0.1:9",
-        "--embedding-model",
-        "m",
+        *name,
+        *options(name, embedder="openai", embedding_url="http://127.0.0.1:9", embedding_model="m"),
         stdin=jsonl([{"response": THREE_STEPS}, {"step_labels": [0, 1]}]),
     )
     assert proc.returncode == 1
@@ -160,20 +206,15 @@ def test_unreachable_embedding_server_fails_text_lines_not_label_lines(run_cli: 
     assert rows[1]["score"] == pytest.approx(0.5)
 
 
-def test_openai_embedder_against_a_local_server(run_cli: RunCli) -> None:
+@both
+def test_openai_embedder_against_a_local_server(run_cli: RunCli, name: tuple[str, ...]) -> None:
     from tests.support.embedding_server import running_embedding_server
 
     steps = "\n\n".join(f"step {i}" for i in range(9))
     with running_embedding_server(dim=16) as server:
         proc = run_cli(
-            "reward",
-            "structure",
-            "--embedder",
-            "openai",
-            "--embedding-url",
-            server.url,
-            "--embedding-model",
-            "hash",
+            *name,
+            *options(name, embedder="openai", embedding_url=server.url, embedding_model="hash"),
             stdin=jsonl([{"response": f"<think>{steps}</think>"}] * 2),
         )
     assert proc.returncode == 0, proc.stderr
@@ -183,11 +224,12 @@ def test_openai_embedder_against_a_local_server(run_cli: RunCli) -> None:
 
 
 @pytest.mark.slow
-def test_local_bundled_model_scores_sample_traces(run_cli: RunCli) -> None:
+@both
+def test_local_bundled_model_scores_sample_traces(run_cli: RunCli, name: tuple[str, ...]) -> None:
     from importlib import resources
 
     sample = resources.files("sarl.data").joinpath("sample_traces.jsonl").read_text()
-    proc = run_cli("reward", "structure", stdin=sample)
+    proc = run_cli(*name, stdin=sample)
     assert proc.returncode == 0, proc.stderr
     rows = outputs(proc)
     assert len(rows) == len(sample.splitlines())
@@ -196,3 +238,51 @@ def test_local_bundled_model_scores_sample_traces(run_cli: RunCli) -> None:
         assert row["num_steps"] == len(row["labels"])
         assert json.loads(src)["response"]
     assert rows[-1]["score"] == 0.0  # the single-step sample: degenerate map
+
+
+# --- one name for each thing (issue 40 item 7) ---------------------------------------------------
+
+
+def test_the_old_name_is_hidden_and_says_the_new_one(run_cli: RunCli) -> None:
+    listing = run_cli("reward", "--help")
+    assert "score" in listing.stdout and "structure" not in listing.stdout
+    proc = run_cli(*OLD, stdin=jsonl([{"step_labels": [0, 1, 2]}]))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "`sarl reward score structure`" in proc.stderr
+    new = run_cli(*NEW, stdin=jsonl([{"step_labels": [0, 1, 2]}]))
+    assert "sarl reward structure" not in new.stderr
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"clustering": "hdbscan"},
+        {"variant": "l_only", "degenerate_score": "0.25"},
+        {"delimiter": "\\n", "max_steps": "2"},
+    ],
+)
+def test_the_old_options_are_the_new_names_settings(
+    run_cli: RunCli, values: dict[str, str]
+) -> None:
+    """Every line, every value: the new name with ``--set`` scores as the old name did with its
+    flags (the delimiter's escapes decoded by the old flag, by YAML's double quotes here)."""
+    far = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0.01, 0], [0, 1, 0.01], [0.01, 0, 1]]
+    lines = [{"step_embeddings": far}, {"step_labels": [0, 0, 0]}, {"step_labels": [0, 1, 2, 0]}]
+    lines += [{"response": "<think>a\nb</think>", "step_labels": [0, 1]}]
+    new_values = {k: (f'"{v}"' if k == "delimiter" else v) for k, v in values.items()}
+    old = outputs(run_cli(*OLD, *options(OLD, **values), stdin=jsonl(lines)))
+    new = outputs(run_cli(*NEW, *options(NEW, **new_values), stdin=jsonl(lines)))
+    assert [row if "error" in row else {k: row[k] for k in OUTPUT_KEYS} for row in new] == old
+    assert old != outputs(run_cli(*OLD, stdin=jsonl(lines)))  # the values changed something
+
+
+def test_maps_of_labelled_lines_are_drawn_with_their_labels(
+    run_cli: RunCli, tmp_path: Path
+) -> None:
+    lines = [{"step_labels": [0, 1, 2, 0], "id": "chain"}, {"step_embeddings": [[1, 0], [0, 1]]}]
+    (tmp_path / "in.jsonl").write_text(jsonl(lines))
+    proc = run_cli(*NEW, "-i", str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "o").glob("*.png")) == ["line-1.png", "line-2.png"]
+    rows = [json.loads(x) for x in (tmp_path / "o" / "scores.jsonl").read_text().splitlines()]
+    assert rows[0]["labels"] == [0, 1, 2, 0]

@@ -1,7 +1,7 @@
 """``sarl map``: draw the reasoning map of one JSON line's response as a PNG; also the maps
 ``sarl reward score structure --out DIR`` writes (:func:`draw_line_maps`).
 
-Reads the same JSON Lines as ``sarl reward structure``; ``--index``/``-l`` is the 0-based
+Reads the same JSON Lines as ``sarl reward score structure``; ``--index``/``-l`` is the 0-based
 position of the line among the non-blank lines of the file (``-n`` is ``--namespace`` in every
 other command, so it is not used here).
 """
@@ -19,8 +19,7 @@ from sarl.rewards.structure.requests import RequestError, parse_request, score_r
 from sarl.rewards.text import encodable
 
 if TYPE_CHECKING:
-    from sarl.rewards.base import Sample
-    from sarl.rewards.structure.reward import StructureReward
+    from sarl.cli.structure_lines import StructureLine
 
 
 def map_command(
@@ -73,21 +72,22 @@ def map_command(
     typer.echo(f"{out}  SR={result.score:.3f} steps={result.num_steps} nodes={result.num_nodes}")
 
 
-def draw_line_maps(
-    reward: StructureReward, scored: list[tuple[int, Sample]], out_dir: Path
-) -> list[Path]:
+def draw_line_maps(scored: list[StructureLine], out_dir: Path) -> list[Path]:
     """Reasoning maps of scored input lines, ``out_dir/line-<N>.png`` for line number N.
 
-    The responses are scored again through the reward's own scorer (same settings, same
-    embedder, whose cache makes it cheap), because the reward interface returns scores and
-    components, not the maps. Files are named by line number, never by a field of the line.
+    Drawn from the results the lines were scored with (labels given or clustered), so a map
+    shows exactly the labels its line's output carries. Files are named by line number, never
+    by a field of the line; the line's ``id`` only goes into the title.
     """
     from sarl.viz.reasoning_map import draw_reasoning_map
 
-    results = reward.scorer.score_batch([sample.response for _, sample in scored])
     paths = []
-    for (number, sample), result in zip(scored, results, strict=True):
-        label = sample.extra.get("id")
-        title = f"line {number}" + (f": {encodable(label[:60])}" if isinstance(label, str) else "")
-        paths.append(draw_reasoning_map(result, out_dir / f"line-{number}.png", title=title))
+    for line in scored:
+        if line.result is None:
+            continue
+        suffix = f": {encodable(line.id[:60])}" if line.id is not None else ""
+        title = f"line {line.number}{suffix}"
+        paths.append(
+            draw_reasoning_map(line.result, out_dir / f"line-{line.number}.png", title=title)
+        )
     return paths

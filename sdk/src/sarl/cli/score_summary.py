@@ -98,6 +98,8 @@ class Summary:
             self.invalid += 1
             return
         for key, value in row.items():
+            if isinstance(value, list):  # structure's labels: a diagnostic, not a metric
+                continue
             self.metrics.setdefault(key, MetricStats()).add(value)
 
     def table(self, title: str) -> Table:
