@@ -4,7 +4,7 @@ Python's ``json.loads`` accepts ``NaN``, ``Infinity`` and ``-Infinity`` and turn
 large for a double (``1e309``) into ``inf`` (``json/decoder.py``, ``parse_constant`` and
 ``float``); the reward and embedding services decode with orjson, which refuses all three with
 400. So that a line the CLI scores is a request the service accepts, and the reverse, the CLI
-(:func:`sarl.cli.lines.decode_json`, for ``sarl reward score`` and ``sarl reward structure``)
+(:func:`sarl.cli.lines.decode_json`, for ``sarl reward score`` and ``sarl reward diagnose``)
 parses with :func:`loads`, and the services can check decoded bodies with
 :func:`require_finite`: both refuse a non-finite number naming its field, e.g.
 ``requests[0].score: expected a finite number, got NaN``.

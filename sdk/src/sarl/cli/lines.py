@@ -1,4 +1,5 @@
-"""The JSON Lines contract shared by ``sarl reward structure`` and ``sarl reward score``.
+"""The JSON Lines contract shared by ``sarl reward score`` (every reward, ``structure``'s own
+lines included) and ``sarl reward diagnose``.
 
 Input is read as bytes and split on ``\\n`` only: a ``\\r`` inside a line belongs to that line
 (JSON whitespace, or an invalid character inside a string), and each line is decoded as UTF-8 on

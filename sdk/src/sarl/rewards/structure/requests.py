@@ -1,4 +1,4 @@
-"""Validate and score JSON scoring requests — the contract shared by ``sarl reward structure``
+"""Validate and score JSON scoring requests — the contract shared by ``sarl reward score structure``
 (one JSON object per input line) and, later, the reward service (a JSON batch per HTTP request).
 
 A request is an object with:
