@@ -365,6 +365,10 @@ def test_the_console_script_reads_hostile_bytes_from_stdin() -> None:
         (["structure", "--maps", "2"], None, "--maps: needs --out"),
         (["ttrl", "--group-by", ""], None, "--group-by: must name a field"),
         (["empo", "--maps", "-1"], None, "--maps"),
+        (["structure", "--set", "variant"], None, "--set: expected KEY=VALUE"),
+        (["structure", "--set", "variant=[a"], None, "VALUE is YAML"),
+        (["structure", "--set", "seed=1", "--set", "seed.x=2"], None, "seed is not a mapping"),
+        (["empo", "--set", "entropy_min=-1"], None, "--set: reward 'empo': setting 'entropy_min'"),
     ],
 )
 def test_usage_errors_exit_2_naming_the_option_or_field(
@@ -394,6 +398,13 @@ def test_settings_from_yaml_reach_the_reward(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text("correct_score: 2.5\nwrong_score: -1\n")
     result = invoke("ground_truth", "--input", EXAMPLE, "--settings", tmp_path / "s.yaml")
     assert [r["score"] for r in rows_of(result.stdout)] == [2.5, 2.5, 2.5, -1, 2.5, 2.5, -1, 2.5]
+
+
+def test_set_changes_a_setting_after_the_settings_file(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text("correct_score: 2.5\nwrong_score: -1\n")
+    args = ["--input", EXAMPLE, "--settings", tmp_path / "s.yaml", "--set", "correct_score=3"]
+    result = invoke("ground_truth", *args)
+    assert [r["score"] for r in rows_of(result.stdout)] == [3, 3, 3, -1, 3, 3, -1, 3]
 
 
 def test_exit_codes_are_in_the_help() -> None:
