@@ -80,12 +80,29 @@ def _metric_rows(metrics: Any) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _subclasses(cls: Any) -> list[Any]:
+    """Every subclass of ``cls``, at any depth, in definition order."""
+    found: list[Any] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
 def _errors(missing: list[str]) -> list[tuple[str, str, str]]:
     """``(status, type, docstring)`` of each error class the services raise."""
+    import importlib
+    import pkgutil
+
+    import sarl_services
     from sarl_services import errors
 
+    # Error classes live beside what raises them (api_key.Unauthorized): import every module so
+    # the page never depends on what the caller happened to import first (in the test suite an
+    # earlier test imported api_key; alone, the generator did not, and the pages differed).
+    for module in pkgutil.iter_modules(sarl_services.__path__, "sarl_services."):
+        importlib.import_module(module.name)
     rows = []
-    for cls in errors.ServiceError.__subclasses__():
+    for cls in _subclasses(errors.ServiceError):
         if not _doc(cls):
             missing.append(f"services error {cls.__name__}")
         kind = "" if cls is errors.Unavailable else code(cls.kind)  # set per instance

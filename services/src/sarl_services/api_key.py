@@ -41,6 +41,10 @@ _BEARER: Final = "bearer "
 
 
 class Unauthorized(ServiceError):
+    """401: the services require a key (``SARL_SERVING_API_KEY``) and the request's
+    ``Authorization: Bearer`` token is missing or wrong; probes, model listings and /metrics
+    need none."""
+
     status = 401
     kind = "authentication_error"
 
