@@ -219,16 +219,34 @@ def test_cluster_example_structure_reward_varies_at_paper_scale(name: str) -> No
         assert max(statistics.pstdev(g) for g in scores) > 0, f"{term['label']}: {scores}"
 
 
-def test_structure_example_gives_grpo_a_signal_at_its_own_size(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.fixture(scope="module")
+def own_size_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One policy cache for the examples at their own size: they share the preset's 1,000-step
+    warm start, built once (~35 s)."""
+    return tmp_path_factory.mktemp("own-size-policy-cache")
+
+
+#: (example, the least mean ``reward/std`` over its 2 steps). Measured here at 2 steps:
+#: local-structure (HDBSCAN) 0.339, 0.327 — with KMeans (the old example) 0.114, 0.021, which
+#: fails; local-ground-truth 0.294, 0.244 (training accuracy 0.09, 0.06).
+OWN_SIZE = [("local-structure.yaml", 0.2), ("local-ground-truth.yaml", 0.1)]
+
+
+@pytest.mark.parametrize(("name", "least_spread"), OWN_SIZE)
+def test_local_example_gives_grpo_a_signal_at_its_own_size(
+    tmp_path: Path,
+    own_size_cache: Path,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    least_spread: float,
 ) -> None:
-    """``examples/local-structure.yaml`` as a user runs it (its own 1,000-step warm start, batch
-    and budget), cut to 2 RL steps with a 4-problem evaluation: SR spreads over the rollouts it
-    really writes, so GRPO has something to prefer. With KMeans (the old example) nearly every
-    map scores 0.5 (SR 0.493-0.508; only unformatted or longer rollouts differ): ``reward/std``
-    0.114 and 0.021 at these 2 steps, measured; with HDBSCAN 0.339 and 0.327."""
+    """A local example as a user runs it (its own 1,000-step warm start, batch and budget), cut
+    to 2 RL steps with a 4-problem evaluation: the optimised reward spreads over the rollouts
+    the policy really writes, and differs within groups, so GRPO has something to prefer. With
+    KMeans (the old ``local-structure.yaml``) nearly every map scores 0.5 (SR 0.493-0.508; only
+    unformatted or longer rollouts differ) and the spread stays under the bound (``OWN_SIZE``)."""
     mlflow = pytest.importorskip("mlflow")
-    data = _read("local-structure.yaml")
+    data = _read(name)
     doc = {
         "metadata": data["metadata"],
         "spec": deep_merge(
@@ -236,14 +254,14 @@ def test_structure_example_gives_grpo_a_signal_at_its_own_size(
             {"algorithm": {"max_steps": 2}, "evaluation": {"k": 1, "max_problems": 4}},
         ),
     }
-    workdir = tmp_path / ".sarl"
+    workdir = workdir_with_cache(tmp_path, own_size_cache)
     _train(workdir, doc, caplog)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     client = mlflow.MlflowClient(uri)
-    # _train names the run local-structure-<hex>: the one run of this fresh store.
+    # _train names the run <name>-<hex>: the one run of this fresh store.
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     spread = [m.value for m in client.get_metric_history(run.info.run_id, "reward/std")]
     zero_std = [m.value for m in client.get_metric_history(run.info.run_id, "frac_reward_zero_std")]
     assert len(spread) == len(zero_std) == 2, (spread, zero_std)
-    assert sum(spread) / len(spread) >= 0.2, spread
-    assert max(zero_std) <= 0.5, zero_std
+    assert sum(spread) / len(spread) >= least_spread, spread
+    assert max(zero_std) < 1.0, zero_std  # at every step some group's rollouts differ
