@@ -97,8 +97,11 @@ def test_two_cpu_nodes_train_and_resume_as_a_trainjob(
     assert result.exit_codes == {head: 0, other: 0}
     steps = history(mlflow_url, run_id, "reward")
     after = [step for step, at in steps if at > killed_ms]
-    assert min(after) - 1 == uploaded  # resumed from the stored step
-    assert [step for step, _ in steps if step <= uploaded] == list(range(1, uploaded + 1))
+    # Resumed from a stored step: the one seen at the kill, or a later one whose upload was in
+    # flight then and completed as node 0 died (a loaded machine; CI saw 2 then 3), as the twin.
+    resumed = min(after) - 1
+    assert uploaded <= resumed < 4, (uploaded, steps)
+    assert [step for step, _ in steps if step <= resumed] == list(range(1, resumed + 1))
     assert max(after) == 4
     latest = store.latest()
     assert latest is not None and latest.step == 4
