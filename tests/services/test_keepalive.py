@@ -25,6 +25,7 @@ import pytest
 
 from sarl_services.testing import ServiceProcess, running_service
 from tests.services.test_body_memory import MiB, peak_growth_mib
+from tests.support.sockets import read_until_closed
 
 pytestmark = pytest.mark.slow  # a real service subprocess
 
@@ -50,20 +51,6 @@ def _address(service: ServiceProcess) -> tuple[str, int]:
     return host, int(port)
 
 
-def _read_until_closed(sock: socket.socket) -> bytes:
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except TimeoutError:
-        pytest.fail(f"the server kept the connection open for {BOUND_S:g} s; got {data[:200]!r}")
-    except ConnectionResetError:
-        pass
-    finally:
-        sock.close()
-    return data
-
-
 def _health(service: ServiceProcess) -> int:
     conn = http.client.HTTPConnection(*_address(service), timeout=BOUND_S)
     try:
@@ -79,7 +66,7 @@ def test_pipelined_requests_are_answered_one_ahead_then_closed(service: ServiceP
     client to retry, RFC 9112 §9.3.2); before, all three were answered and the connection kept."""
     sock = socket.create_connection(_address(service), timeout=BOUND_S)
     sock.sendall(HEALTH * 3)
-    answers = _read_until_closed(sock)
+    answers = read_until_closed(sock)
     assert answers.count(b"HTTP/1.1 200 ") == 2, answers
     assert answers.rsplit(b"HTTP/1.1 200 ", 1)[1].count(b"connection: close") == 1
 
@@ -161,7 +148,7 @@ def test_busy_connections_at_the_cap_refuse_new_ones(service: ServiceProcess) ->
             busy.append(sock)
         time.sleep(0.5)  # let the server take the last of them (not asserted on)
         refused = socket.create_connection(_address(service), timeout=BOUND_S)
-        assert _read_until_closed(refused).startswith(b"HTTP/1.1 503 ")
+        assert read_until_closed(refused).startswith(b"HTTP/1.1 503 ")
     finally:
         for sock in busy:
             sock.close()
@@ -193,7 +180,7 @@ def test_response_never_read_is_dropped_at_the_write_deadline(tmp_path: Path) ->
         while "response not read in time" not in service.log_path.read_text(errors="replace"):
             assert time.monotonic() < deadline, "the unread response was never dropped"
             time.sleep(0.2)
-        received = _read_until_closed(sock)
+        received = read_until_closed(sock)
     head, _, content = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ")
     declared = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])

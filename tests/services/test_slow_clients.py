@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from sarl_services.testing import ServiceProcess, running_service
+from tests.support.sockets import read_until_closed, until_closed_or_reset
 
 pytestmark = pytest.mark.slow  # a real service subprocess
 
@@ -56,28 +57,6 @@ def _connect(service: ServiceProcess) -> socket.socket:
     return sock
 
 
-def _read_until_closed(sock: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (a reset counts as the close);
-    fails if it does not close it within BOUND_S (the recv timeout)."""
-    return _until_closed_or_reset(sock)[0]
-
-
-def _until_closed_or_reset(sock: socket.socket) -> tuple[bytes, bool]:
-    """What the server sends until it closes the connection, and whether it reset it; fails if
-    it keeps it open for BOUND_S."""
-    data = b""
-    try:
-        while chunk := sock.recv(65536):
-            data += chunk
-    except TimeoutError:
-        pytest.fail(f"the server kept the connection open for {BOUND_S:g} s; got {data[:80]!r}")
-    except ConnectionResetError:
-        return data, True
-    finally:
-        sock.close()
-    return data, False
-
-
 def _metric(service: ServiceProcess, line_prefix: str) -> float:
     for line in httpx.get(f"{service.url}/metrics").text.splitlines():
         if line.startswith(line_prefix + " "):
@@ -100,7 +79,7 @@ def test_connection_without_complete_headers_is_closed_with_408(
     for sock in socks:
         sock.sendall(sent)
     for sock in socks:
-        assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
 
 
 def test_headers_trickled_byte_by_byte_are_closed_at_the_deadline(service: ServiceProcess) -> None:
@@ -130,14 +109,14 @@ def test_partial_body_is_closed_with_408_and_counted(service: ServiceProcess) ->
     before = _metric(service, counter)
     sock = _connect(service)
     sock.sendall(PARTIAL_BODY)
-    assert _read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
+    assert read_until_closed(sock).startswith(b"HTTP/1.1 408 ")
     assert _wait_for_metric(service, counter, before) == before + 1
 
 
 def test_oversize_headers_get_431(service: ServiceProcess) -> None:
     sock = _connect(service)
     sock.sendall(PARTIAL_HEADERS + b"a" * (80 * 1024))
-    assert _read_until_closed(sock).startswith(b"HTTP/1.1 431 ")
+    assert read_until_closed(sock).startswith(b"HTTP/1.1 431 ")
 
 
 # The cap (idle connections yield to new ones, busy ones refuse them): test_keepalive.py.
@@ -185,7 +164,7 @@ def test_complete_oversize_headers_in_one_packet_get_431(service: ServiceProcess
     (the count ran only after the parser had dispatched the request)."""
     sock = _connect(service)
     sock.sendall(_oversize_header_request(70 * 1024))
-    answer, reset = _until_closed_or_reset(sock)  # a reset: see the next test
+    answer, reset = until_closed_or_reset(sock)  # a reset: see the next test
     assert b"HTTP/1.1 200 " not in answer
     assert reset or answer.startswith(b"HTTP/1.1 431 ")
 
@@ -207,7 +186,7 @@ def test_oversize_headers_behind_a_request_get_431(
         sock.sendall(small)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         sock.sendall(big)
-    answers, reset = _until_closed_or_reset(sock)
+    answers, reset = until_closed_or_reset(sock)
     # Never an answer to the oversize request; the connection is closed with the 431 — or
     # reset, since the server closes with the rest of those headers unread (RFC 9293 §3.6),
     # which may drop the 431 before the client reads it. Before: answered 200, kept open.
