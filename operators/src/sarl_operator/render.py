@@ -9,7 +9,11 @@ after the same validation (:func:`~sarl_operator.experiment_handlers.experiment_
 the object ``sarl submit`` would store). What a cluster alone decides is fixed here and said in
 :class:`Rendered`'s notes: the MLflow run id (empty: the operator creates the run first), the
 job kind of ``job_kind: auto`` (what a cluster serving both kinds picks), and the operator's
-settings (its defaults, :class:`~sarl_operator.reconcile.Settings` with no environment).
+settings: its defaults (:class:`~sarl_operator.reconcile.Settings` with no environment), or
+those of a real install when the caller passes the operator Deployment's environment
+(``--operator-env FILE``, :mod:`sarl.cluster.operator_env`): ``Settings.from_env`` and the reward
+allow-list read from it as the operator reads its own, and a value the operator would refuse
+is an :class:`~sarl.cluster.operator_env.OperatorEnvError` naming the variable, redacted.
 Owner references are added by the operator when it applies an object, so they are not shown.
 """
 
@@ -26,14 +30,17 @@ from sarl.cluster.documents import (
     load_study_for_cluster,
     study_body,
 )
-from sarl.rewards.cluster_names import validating_for_cluster
+from sarl.cluster.operator_env import KUBECTL_LIST, OperatorEnvError
+from sarl.rewards.cluster_names import allowed_reward_modules, validating_for_cluster
 from sarl.spec.experiment import Experiment
+from sarl.spec.secret_shapes import REDACTED
+from sarl.spec.secrets import is_secret_key, redact_text
 from sarl.spec.study import Study, is_study_document
 from sarl_operator import evaluation, served_models, study_builders, trainjob
 from sarl_operator.builders import configmap
 from sarl_operator.experiment_handlers import JOB_BUILDERS, auto_job_kind, experiment_from_body
 from sarl_operator.network_policies import network_policies
-from sarl_operator.reconcile import Settings
+from sarl_operator.reconcile import Settings, status_interval_s
 
 #: The kinds a cluster may serve, as ``job_kind: auto`` sees them on a cluster serving both.
 BOTH_KINDS: Final = (trainjob.KIND, "PyTorchJob")
@@ -80,14 +87,21 @@ def experiment_objects(
     return objects
 
 
-def _as_operator_sees(body: Mapping[str, Any], settings: Settings) -> Experiment:
-    """The Experiment the operator validates from a stored object (rewards never imported)."""
-    with validating_for_cluster(None):
+def _as_operator_sees(
+    body: Mapping[str, Any], settings: Settings, reward_modules: tuple[str, ...] | None
+) -> Experiment:
+    """The Experiment the operator validates from a stored object (rewards never imported;
+    ``reward_modules`` None: any dotted reward passes, as ``sarl submit`` checks it)."""
+    with validating_for_cluster(reward_modules):
         return experiment_from_body(body, settings.platform)
 
 
 def study_objects(
-    study: Study, namespace: str, settings: Settings, job_kind: str | None = None
+    study: Study,
+    namespace: str,
+    settings: Settings,
+    job_kind: str | None = None,
+    reward_modules: tuple[str, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """The Study's own objects (ConfigMap, shared InferenceServices), then each arm x seed
     Experiment followed by its children, then the report Job (created once every run ended)."""
@@ -95,7 +109,7 @@ def study_objects(
     objects = [study_builders.configmap(study, namespace)]
     objects += [m.isvc for m in study_builders.shared_models(study, namespace, platform)]
     for obj in study_builders.experiments(study, namespace, "", platform):
-        exp = _as_operator_sees(obj, settings)
+        exp = _as_operator_sees(obj, settings, reward_modules)
         objects += [obj, *experiment_objects(exp, namespace, settings, job_kind)]
     base = study_builders.base_experiment(study, namespace)
     report = study_builders.report_job(
@@ -109,16 +123,44 @@ def study_objects(
     return [*objects, report]
 
 
+def operator_settings(env: Mapping[str, str], source: str) -> tuple[Settings, tuple[str, ...]]:
+    """The settings and the reward allow-list the operator reads from ``env`` (its
+    Deployment's environment, from ``source``), checked as the operator checks them
+    (``handlers``: the status interval at import, the rest before each object);
+    OperatorEnvError ``source: VARIABLE...: what to fix``, redacted, for a value it refuses."""
+    try:
+        status_interval_s(env)
+        return Settings.from_env(env), allowed_reward_modules(env)
+    except ValueError as e:  # each names its variable; the values may hold a URL's userinfo
+        raise OperatorEnvError(_without_secrets(f"{source}: {e}", env)) from e
+
+
+def _without_secrets(message: str, env: Mapping[str, str]) -> str:
+    """``message`` redacted, and without the value of any credential-named variable of
+    ``env`` (``MLFLOW_TRACKING_PASSWORD`` set in the file by hand), whatever its shape."""
+    for name, value in env.items():
+        if value and is_secret_key(name):
+            message = message.replace(value, REDACTED)
+    return redact_text(message)
+
+
 def document_objects(
     source: Path | dict[str, Any],
     namespace: str,
     *,
     job_kind: str | None = None,
     settings: Settings | None = None,
+    operator_env: Mapping[str, str] | None = None,
+    operator_env_source: str = "the operator's environment",
 ) -> Rendered:
     """The objects for the Experiment or Study in ``source`` (a file or a parsed document),
     validated as ``sarl submit`` and the operator validate it (SpecError naming the field),
-    the stored custom object first. The ``sarl.render`` entry point."""
+    the stored custom object first. The ``sarl.render`` entry point. ``operator_env``: the
+    operator Deployment's variables (``operator_env_source`` names where they were read), used
+    instead of ``settings``; OperatorEnvError for a value the operator would refuse."""
+    reward_modules: tuple[str, ...] | None = None
+    if operator_env is not None:
+        settings, reward_modules = operator_settings(operator_env, operator_env_source)
     settings = settings or Settings()
     data = source if isinstance(source, dict) else None
     if data is None:
@@ -129,25 +171,35 @@ def document_objects(
         study, spec = load_study_for_cluster(source)
         objects = [
             study_body(study, namespace, spec),
-            *study_objects(study, namespace, settings, job_kind),
+            *study_objects(study, namespace, settings, job_kind, reward_modules),
         ]
         kinds = {job_kind_of(run.experiment, job_kind) for run in study.runs()}
     else:
         exp, spec = load_for_cluster(source)
         body = experiment_body(exp, namespace, spec)
-        seen = _as_operator_sees(body, settings)
+        seen = _as_operator_sees(body, settings, reward_modules)
         objects = [body, *experiment_objects(seen, namespace, settings, job_kind)]
         kinds = {job_kind_of(seen, job_kind)}
-    return Rendered(objects, _notes(sorted(kinds), job_kind))
+    used = None if operator_env is None else operator_env_source
+    return Rendered(objects, _notes(sorted(kinds), job_kind, used))
 
 
-def _notes(kinds: list[str], wanted: str | None) -> list[str]:
+def _notes(kinds: list[str], wanted: str | None, env_source: str | None) -> list[str]:
+    """What the rendering assumed; ``env_source``: where the operator's environment was read
+    (None: its defaults)."""
+    settings = (
+        f"operator settings: from {env_source} (Settings.from_env, as the operator reads its "
+        "Deployment's environment)"
+        if env_source
+        else "operator settings: its defaults (the platform chart's values may change images, "
+        "queue, gang scheduler and network policies; --operator-env FILE reads them from "
+        f"'{KUBECTL_LIST}')"
+    )
     how = "--job-kind" if wanted else "spec.resources.job_kind; auto: as on a cluster serving both"
     return [
         f"training job: {', '.join(kinds)} ({how}; --job-kind chooses)",
         "MLFLOW_RUN_ID is empty, and MLFLOW_TRACKING_URI without spec.tracking.mlflow_uri: "
         "the operator creates the run on the platform's MLflow before the job",
         "ownerReferences are added by the operator when it applies each object",
-        "operator settings: its defaults (the platform chart's values may change images, "
-        "queue, gang scheduler and network policies)",
+        settings,
     ]

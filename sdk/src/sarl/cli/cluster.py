@@ -33,6 +33,7 @@ from sarl.cli.cluster_views import (
     wait_progress,
 )
 from sarl.cli.options import SetOpt, fail
+from sarl.cli.render import OperatorEnvOpt
 
 if TYPE_CHECKING:
     from sarl.cluster.client import ClusterClient
@@ -266,6 +267,7 @@ def submit_command(
             "nothing, need no cluster (see also sarl render).",
         ),
     ] = False,
+    operator_env: OperatorEnvOpt = None,
 ) -> None:
     """Validate an Experiment (or a Study: every arm x seed) and create it on the cluster."""
     from sarl.cluster.documents import load_for_cluster
@@ -275,8 +277,10 @@ def submit_command(
     if dry_run:
         from sarl.cli.render import dry_run as print_dry_run
 
-        print_dry_run(experiment, sets, namespace)
+        print_dry_run(experiment, sets, namespace, env_file=operator_env)
         return
+    if operator_env is not None:
+        raise fail("--operator-env is for --dry-run (on a cluster the operator uses its own)")
     with _errors(), _named(experiment if sets else None):
         source: Path | dict[str, Any] = experiment
         data, _ = load_with_sets(experiment, sets)

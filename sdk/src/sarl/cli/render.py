@@ -10,7 +10,9 @@ and never imports the operator by name. Without that package both commands exit 
 separated by ``---``; ``--output json``: a ``List``, as ``kubectl ... -o json`` prints several
 objects), so its output can be piped to ``kubectl apply --dry-run=server -f -``; ``submit
 --dry-run`` adds the resource plan and what the rendering assumed as YAML comments after the
-objects.
+objects. Both build the objects with the operator's default settings unless ``--operator-env
+FILE`` gives the operator Deployment's environment as ``kubectl set env --list`` prints it
+(:mod:`sarl.cluster.operator_env`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Annotated, Any, Final, Protocol
 import typer
 
 from sarl.cli.options import SetOpt, fail
+from sarl.cluster.operator_env import KUBECTL_LIST, OperatorEnvError, read_operator_env
 
 ENTRY_POINT_GROUP: Final = "sarl.render"
 NAMESPACE: Final = "default"
@@ -60,6 +63,16 @@ JobKindOpt = Annotated[
         show_default=False,
     ),
 ]
+OperatorEnvOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--operator-env",
+        help="Render with the settings of a real install's operator: its Deployment's "
+        f"environment as '{KUBECTL_LIST} > FILE' writes it (default: the operator's defaults).",
+        metavar="FILE",
+        show_default=False,
+    ),
+]
 RenderNamespaceOpt = Annotated[
     str,
     typer.Option(
@@ -81,19 +94,41 @@ def renderer() -> Renderer:
     return loaded
 
 
+def _env_arguments(env_file: Path | None) -> dict[str, Any]:
+    """The renderer's keyword arguments for ``--operator-env`` (none without it); exit 2 with
+    the file's one-line error."""
+    if env_file is None:
+        return {}
+    try:
+        env = read_operator_env(env_file)
+    except OperatorEnvError as e:
+        raise fail(str(e)) from e
+    return {"operator_env": env, "operator_env_source": str(env_file)}
+
+
 def render_objects(
-    file: Path, sets: list[str] | None, namespace: str, job_kind: JobKind | None
+    file: Path,
+    sets: list[str] | None,
+    namespace: str,
+    job_kind: JobKind | None,
+    env_file: Path | None = None,
 ) -> tuple[Rendered, dict[str, Any]]:
-    """The rendered objects of ``file`` (edited by ``sets``) and the document; exit 2 with the
-    spec's one-line error when it is invalid."""
+    """The rendered objects of ``file`` (edited by ``sets``; with the operator's environment of
+    ``env_file``) and the document; exit 2 with the spec's or the environment's one-line
+    error when it is invalid."""
     from sarl.spec.overrides import load_with_sets
 
     render = renderer()
+    with_env = _env_arguments(env_file)
     try:
         data, _ = load_with_sets(file, sets)
         source: Path | dict[str, Any] = data if sets else file
         kind = None if job_kind is None else job_kind.value
-        return render(source, namespace, job_kind=kind), data
+        return render(source, namespace, job_kind=kind, **with_env), data
+    except OperatorEnvError as e:  # a value the operator refuses; its message names the file
+        raise fail(
+            f"{e} (the operator fails on this value too: fix the chart value that sets it)"
+        ) from e
     except ValueError as e:  # SpecError included; a builder refusing a field for the kind
         message = str(e)
         # A document edited with --set is validated as a mapping, which has no name.
@@ -125,6 +160,7 @@ def render_command(
     namespace: RenderNamespaceOpt = NAMESPACE,
     job_kind: JobKindOpt = None,
     sets: SetOpt = None,
+    operator_env: OperatorEnvOpt = None,
 ) -> None:
     """Print the objects the operator would create for FILE, without a cluster.
 
@@ -132,12 +168,16 @@ def render_command(
     the stored Experiment (or the Study and its arm x seed Experiments);
     ConfigMaps, NetworkPolicies and InferenceServices;
     the training job (TrainJob or PyTorchJob), the evaluation Job and a Study's report Job."""
-    rendered, _ = render_objects(file, sets, namespace, job_kind)
+    rendered, _ = render_objects(file, sets, namespace, job_kind, operator_env)
     typer.echo(dump(rendered.objects, output))
 
 
 def dry_run(
-    file: Path, sets: list[str] | None, namespace: str | None, job_kind: JobKind | None = None
+    file: Path,
+    sets: list[str] | None,
+    namespace: str | None,
+    job_kind: JobKind | None = None,
+    env_file: Path | None = None,
 ) -> None:
     """``sarl submit --dry-run``: the objects as YAML, then the resource plan and the notes as
     comments; creates nothing and reads no kubeconfig."""
@@ -147,7 +187,7 @@ def dry_run(
     from sarl.spec.loader import validate_document, validate_study
     from sarl.spec.study import is_study_document
 
-    rendered, data = render_objects(file, sets, namespace or NAMESPACE, job_kind)
+    rendered, data = render_objects(file, sets, namespace or NAMESPACE, job_kind, env_file)
     with validating_for_cluster(None):  # as submit validates: a dotted reward is not imported
         if is_study_document(data):
             text = study_text(plan_study(validate_study(data, str(file))))

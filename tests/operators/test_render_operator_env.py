@@ -1,0 +1,207 @@
+"""``sarl render`` and ``sarl submit --dry-run`` with ``--operator-env FILE``: the objects a real
+install's operator would create, built with the settings it reads from its Deployment's
+environment (issue 40 item 3, "exactly what the operator's builders produce").
+
+The file is what ``kubectl -n sarl-system set env deployment/sarl-operator --list`` prints
+(kubernetes/kubectl v0.34.0 ``pkg/cmd/set/set_env.go``: a ``# deployments/NAME, container C``
+header, ``NAME=VALUE`` lines, ``# NAME from secret S, key K`` for a ``valueFrom`` entry). The
+oracle composes the objects from the builder functions the handlers call, with
+``Settings.from_env`` of the same variables. The command is the real CLI (typer's runner, in
+process: nothing here needs a cluster or the network).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sarl.cli.main import app
+from sarl.cluster.documents import experiment_body, load_for_cluster
+from sarl.rewards.cluster_names import validating_for_cluster
+from sarl.spec.experiment import Experiment
+from sarl.spec.overrides import load_with_sets
+from sarl_operator import builders, evaluation, scheduling, served_models
+from sarl_operator.experiment_handlers import experiment_from_body
+from sarl_operator.network_policies import network_policies
+from sarl_operator.reconcile import Settings
+from tests.operators.cases import ROOT
+
+SPEC: Final = ROOT / "examples" / "sarl-grpo-math.yaml"
+NS: Final = "default"
+#: Two nodes: a gang scheduler applies to multi-node PyTorchJobs only.
+SETS: Final = ["spec.resources.nodes=2"]
+ENV: Final = {
+    "SARL_MLFLOW_TRACKING_URI": "http://sarl-mlflow.sarl-system.svc:5000",
+    "SARL_S3_ENDPOINT_URL": "http://sarl-minio.sarl-system.svc:9000",
+    "SARL_S3_BUCKET": "team-bucket",
+    "SARL_S3_CREDENTIALS_SECRET": "sarl-s3",
+    "SARL_DEFAULT_QUEUE": "team-a",
+    "SARL_GANG_SCHEDULER": "volcano",
+    "SARL_TRAINER_IMAGE": "registry.example.com/sarl/sarl-verl:9.9.9",
+    "SARL_STATUS_INTERVAL_S": "30",
+}
+#: As kubectl prints the Deployment's env: its header and valueFrom entries are comments.
+LISTED: Final = "\n".join(
+    [
+        "# deployments/sarl-operator, container operator",
+        "# SARL_OPERATOR_NAMESPACE from field path metadata.namespace",
+        *(f"{k}={v}" for k, v in ENV.items()),
+        "# MLFLOW_TRACKING_PASSWORD from secret sarl-mlflow-auth, key password",
+        "",
+    ]
+)
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def _env_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "operator.env"
+    path.write_text(text)
+    return path
+
+
+def _documents(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+def _oracle(settings: Settings) -> list[dict[str, Any]]:
+    """The stored Experiment and its children as reconcile builds them with ``settings``."""
+    data, _ = load_with_sets(SPEC, SETS)
+    exp, spec = load_for_cluster(data)
+    body = experiment_body(exp, NS, spec)
+    platform = settings.platform
+    with validating_for_cluster(()):  # no SARL_ALLOWED_REWARD_MODULES: the allow-list is empty
+        seen: Experiment = experiment_from_body(body, platform)
+    services = [
+        builders.configmap(seen, NS, platform),
+        *served_models.inference_services(seen, NS, platform),
+    ]
+    served = any(s["kind"] == "InferenceService" for s in services)
+    common: dict[str, Any] = {
+        "image": settings.image_of(seen),
+        "mlflow_run_id": "",
+        "tracking_uri": settings.tracking_uri_of(seen),
+        "platform": platform,
+    }
+    job = builders.pytorchjob(seen, NS, **common)
+    evals = [evaluation.eval_job(seen, NS, **common)] if evaluation.cluster_benchmarks(seen) else []
+    return [body, *network_policies(seen, NS, platform, served), *services, job, *evals]
+
+
+def _env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_render_builds_with_the_operators_environment(tmp_path: Path) -> None:
+    env_file = _env_file(tmp_path, LISTED)
+    sets = [a for s in SETS for a in ("--set", s)]
+    args = ["render", str(SPEC), *sets, "--job-kind", "PyTorchJob", "--operator-env"]
+    result = _invoke(*args, str(env_file))
+    assert result.exit_code == 0, result.stderr
+    docs = _documents(result.stdout)
+    settings = Settings.from_env(ENV)
+    assert docs == _oracle(settings)
+    (job,) = [d for d in docs if d["kind"] == "PyTorchJob"]
+    assert job["metadata"]["labels"][scheduling.QUEUE_LABEL] == "team-a"
+    assert job["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 2}
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = replica["template"]["spec"]
+        assert pod["schedulerName"] == "volcano"
+        (trainer,) = [c for c in pod["containers"] if c["name"] == "pytorch"]
+        env = _env_of(trainer)
+        assert env["AWS_ENDPOINT_URL"] == ENV["SARL_S3_ENDPOINT_URL"]
+        assert env["AWS_ACCESS_KEY_ID"]["secretKeyRef"]["name"] == "sarl-s3"
+        assert trainer["image"] == ENV["SARL_TRAINER_IMAGE"]
+    # The same command without the file builds something else: the option is what changed it.
+    plain = _invoke(*args[:-1])
+    assert plain.exit_code == 0, plain.stderr
+    assert _documents(plain.stdout) == _oracle(Settings()) != docs
+
+
+def test_submit_dry_run_names_the_file_in_its_notes(tmp_path: Path) -> None:
+    env_file = _env_file(tmp_path, LISTED)
+    result = _invoke("submit", "--dry-run", str(SPEC), "--operator-env", str(env_file))
+    assert result.exit_code == 0, result.stderr
+    assert f"# operator settings: from {env_file} " in result.stdout
+    assert "its defaults" not in result.stdout
+    (job,) = [d for d in _documents(result.stdout) if d["kind"] == "TrainJob"]
+    assert job["metadata"]["labels"][scheduling.QUEUE_LABEL] == "team-a"
+
+
+def test_without_the_file_the_notes_say_how_to_get_it(tmp_path: Path) -> None:
+    result = _invoke("submit", "--dry-run", str(SPEC))
+    assert result.exit_code == 0, result.stderr
+    assert "--operator-env FILE reads them from 'kubectl -n <namespace> set env" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ("SARL_GANG_SCHEDULER=gang", "SARL_GANG_SCHEDULER='gang': must be one of none, "),
+        ("SARL_STORE_CAPACITY=lots", "SARL_STORE_CAPACITY: 'lots' is not a Kubernetes quantity"),
+        ("SARL_STATUS_INTERVAL_S=0", "SARL_STATUS_INTERVAL_S='0': must be > 0"),
+        ("SARL_TENANTS={bad", "SARL_TENANTS: not a valid tenants policy"),
+        ("SARL_ALLOWED_REWARD_MODULES=9bad", "SARL_ALLOWED_REWARD_MODULES: '9bad' is not a "),
+    ],
+)
+@pytest.mark.parametrize("command", [["render"], ["submit", "--dry-run"]])
+def test_a_value_the_operator_refuses_is_one_line_naming_it(
+    tmp_path: Path, command: list[str], line: str, named: str
+) -> None:
+    env_file = _env_file(tmp_path, f"{LISTED}{line}\n")
+    result = _invoke(*command, str(SPEC), "--operator-env", str(env_file))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {env_file}: {named}")
+    assert "fix the chart value that sets it" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+
+
+def test_no_credential_is_echoed(tmp_path: Path) -> None:
+    """A URL's userinfo, and the value of a credential-named variable, even where it was pasted
+    into another variable the operator refuses."""
+    password = "plainword42"
+    text = (
+        f"MLFLOW_TRACKING_PASSWORD={password}\nSARL_GANG_SCHEDULER={password}\n"
+        "SARL_HF_ENDPOINT=https://bob:hunter2Secret@mirror.example\n"
+    )
+    for lines, named in [(text, "SARL_GANG_SCHEDULER="), (text.split("\n", 2)[2], "SARL_HF_")]:
+        result = _invoke("render", str(SPEC), "--operator-env", str(_env_file(tmp_path, lines)))
+        assert result.exit_code == 2 and named in result.stderr
+        assert password not in result.stderr and "hunter2Secret" not in result.stderr
+
+
+def test_a_malformed_line_is_named_by_its_number_not_its_content(tmp_path: Path) -> None:
+    """kubectl prints a value with a newline as several lines: the second is not NAME=VALUE
+    and may be a key, so it is named by number only."""
+    key = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+    env_file = _env_file(tmp_path, f"{LISTED}SARL_TENANTS=-----BEGIN\n{key}\n")
+    result = _invoke("render", str(SPEC), "--operator-env", str(env_file))
+    assert result.exit_code == 2
+    number = len(LISTED.splitlines()) + 2
+    assert result.stderr.startswith(f"error: {env_file}:{number}: not a NAME=VALUE line ")
+    assert key not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_the_operator_refuses_a_custom_reward_its_allow_list_lacks(tmp_path: Path) -> None:
+    """With the install's environment the operator's reward allow-list applies (empty here,
+    as the chart's default): the example's dotted reward is refused, as the operator would."""
+    custom = ROOT / "examples" / "custom_reward" / "cluster.yaml"
+    refused = _invoke("render", str(custom), "--operator-env", str(_env_file(tmp_path, LISTED)))
+    assert refused.exit_code == 2 and "SARL_ALLOWED_REWARD_MODULES" in refused.stderr
+    allowed = _env_file(tmp_path, f"{LISTED}SARL_ALLOWED_REWARD_MODULES=answer_length_reward\n")
+    assert _invoke("render", str(custom), "--operator-env", str(allowed)).exit_code == 0
+
+
+def test_operator_env_without_dry_run_is_refused(tmp_path: Path) -> None:
+    env_file = _env_file(tmp_path, LISTED)
+    result = _invoke("submit", str(SPEC), "--operator-env", str(env_file))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --operator-env is for --dry-run (on a cluster the operator uses its own)\n"
+    )
