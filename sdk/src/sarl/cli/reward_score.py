@@ -304,7 +304,9 @@ def _line_results(
         return scorer.embedder
 
     embedder = LazyEmbedder(built)
-    for batch in score_lines(stream, scorer.config, embedder, _structure_row):
+    # The scorer's own clustering: its `workers` pool (closed by reward.close()), as in training.
+    cluster = scorer.score_embeddings_batch
+    for batch in score_lines(stream, scorer.config, embedder, _structure_row, cluster=cluster):
         progress(len(batch))
         yield batch
 

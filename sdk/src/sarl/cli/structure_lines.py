@@ -12,14 +12,21 @@ text line of the chunk being embedded reports it; lines with labels or embedding
 Each line becomes a :class:`StructureLine`: its output object (made by the caller's ``row_of``
 from the :class:`~sarl.rewards.structure.result.StructureResult`, or the line's error object)
 and the result itself, from which ``--out`` draws reasoning maps without scoring again.
+
+A chunk's embeddings are clustered by the caller's ``cluster`` when given: ``sarl reward score
+structure`` passes its reward's scorer (:meth:`StructureScorer.score_embeddings_batch`), so the
+reward's ``workers`` setting runs them in the scorer's worker pool as in the reward service and
+the trainers; without it (the old name), in this process. The results are the same either way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+import numpy as np
+import numpy.typing as npt
 import typer
 
 from sarl.cli import lines
@@ -36,6 +43,9 @@ from sarl.rewards.structure.requests import (
 from sarl.rewards.structure.result import StructureResult
 
 RowOf = Callable[[StructureResult], dict[str, Any]]
+#: Scores step embeddings (one (steps, dim) array per response) with their truncation flags,
+#: in order: :meth:`sarl.rewards.structure.scorer.StructureScorer.score_embeddings_batch`.
+Cluster = Callable[[Sequence[npt.NDArray[np.floating]], Sequence[bool]], list[StructureResult]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +79,13 @@ def score_lines(
     row_of: RowOf,
     *,
     chunk_lines: int = lines.CHUNK_LINES,
+    cluster: Cluster | None = None,
 ) -> Iterator[list[StructureLine]]:
     """Batches of line results (one per input line, in input order when concatenated), one
-    batch per chunk of ``chunk_lines`` lines. Exceptions other than a line's own are bugs."""
+    batch per chunk of ``chunk_lines`` lines; embeddings clustered by ``cluster`` when given
+    (else in this process). Exceptions other than a line's own are bugs."""
     for chunk in lines.chunks(lines.numbered_lines(stream), chunk_lines):
-        yield score_chunk(chunk, config, embedder, row_of)
+        yield score_chunk(chunk, config, embedder, row_of, cluster=cluster)
 
 
 def _parse(raw: bytes, config: StructureRewardConfig) -> tuple[ScoreRequest, str | None]:
@@ -95,6 +107,8 @@ def score_chunk(
     config: StructureRewardConfig,
     embedder: LazyEmbedder,
     row_of: RowOf,
+    *,
+    cluster: Cluster | None = None,
 ) -> list[StructureLine]:
     """Parse and score one chunk; returns one :class:`StructureLine` per line, in order."""
     outputs: dict[int, StructureLine] = {}
@@ -110,13 +124,36 @@ def score_chunk(
     text = [(n, r) for n, r in parsed if _needs_text(r)]
     if text:
         ready += _embed(text, embedder, outputs)
-    results = score_isolated([r for _, r in ready], config)
+    results = _score_ready([r for _, r in ready], config, cluster)
     for (number, _), result in zip(ready, results, strict=True):
         if isinstance(result, ScoringFailure):
             outputs[number] = _error(number, f"scoring failed: {result.message}")
         else:
             outputs[number] = StructureLine(number, row_of(result), result, ids.get(number))
     return [outputs[number] for number, _ in chunk]
+
+
+def _score_ready(
+    requests: list[ScoreRequest], config: StructureRewardConfig, cluster: Cluster | None
+) -> list[StructureResult | ScoringFailure]:
+    """:func:`score_isolated`'s results; with ``cluster``, the requests with embeddings are
+    clustered by it (the scorer's pool) and the others (labels, no steps) scored here. Equal
+    results: a request's result never depends on its batch (``score_isolated``'s contract)."""
+    if cluster is None:
+        return score_isolated(requests, config)
+    embedded = [i for i, r in enumerate(requests) if r.embeddings is not None]
+    try:
+        pooled = cluster(
+            [e for i in embedded if (e := requests[i].embeddings) is not None],
+            [requests[i].truncated for i in embedded],
+        )
+    except lines.LINE_ERRORS:
+        # Some line's embeddings failed the batch (validation should prevent it): score here,
+        # where score_isolated gives the failure to that line alone.
+        return score_isolated(requests, config)
+    by_index: dict[int, StructureResult | ScoringFailure] = dict(zip(embedded, pooled, strict=True))
+    others = iter(score_isolated([r for r in requests if r.embeddings is None], config))
+    return [by_index[i] if i in by_index else next(others) for i in range(len(requests))]
 
 
 def _error(number: int, message: str) -> StructureLine:

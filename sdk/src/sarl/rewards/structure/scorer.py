@@ -176,7 +176,7 @@ def _as_float(a: npt.NDArray[Any]) -> npt.NDArray[np.floating]:
 
 
 def _score_chunk(
-    chunk: list[tuple[npt.NDArray[np.float32], bool]], config: StructureRewardConfig
+    chunk: list[tuple[npt.NDArray[np.floating], bool]], config: StructureRewardConfig
 ) -> list[StructureResult]:
     return score_embeddings_batch([e for e, _ in chunk], config, truncated=[t for _, t in chunk])
 
@@ -258,12 +258,23 @@ class StructureScorer:
         if vectors.shape[0] != total:
             raise EmbeddingError(f"embedder returned {vectors.shape[0]} vectors for {total} steps")
         chunks = _split(vectors, [len(s.texts) for s in steps])
-        items = list(zip(chunks, (s.truncated for s in steps), strict=True))
+        return self.score_embeddings_batch(chunks, [s.truncated for s in steps])
+
+    def score_embeddings_batch(
+        self, embeddings: Sequence[npt.NDArray[np.floating]], truncated: Sequence[bool]
+    ) -> list[StructureResult]:
+        """:func:`score_embeddings_batch` with this scorer's config, in input order, in the worker
+        pool when the batch is large (the clustering of :meth:`score_batch`; also that of
+        ``sarl reward score structure``'s lines). Results equal the in-process ones: a
+        response's result never depends on its batch."""
+        items = list(zip(embeddings, truncated, strict=True))
         if self.workers == 1 or len(items) < _MIN_PARALLEL_BATCH:
             return _score_chunk(items, self.config)
         return self._parallel(items)
 
-    def _parallel(self, items: list[tuple[npt.NDArray[np.float32], bool]]) -> list[StructureResult]:
+    def _parallel(
+        self, items: list[tuple[npt.NDArray[np.floating], bool]]
+    ) -> list[StructureResult]:
         if self._pool is None:
             # "spawn": forking a process that holds torch/CUDA or BLAS thread pools is unsafe.
             # Parent-bound: a SIGKILLed trainer must not leave its workers adopted by init.
