@@ -102,6 +102,7 @@ generate: setup-main ## Regenerate generated files (JSON schemas, CRDs, golden r
 	$(PY) tests/charts/regenerate_golden.py
 	$(PY) tests/operators/regenerate_golden.py
 	$(PY) -m tools.refdocs
+	$(PY) -m tools.refdocs.diagrams
 
 check-generated: setup-main ## Fail if generated files are out of date
 	$(PY) -m sarl.schemas.generate --check

@@ -69,10 +69,21 @@ def sdk_edges(root: Path) -> dict[str, tuple[set[str], set[str]]]:
     return edges
 
 
-def _mermaid(edges: dict[str, set[str]]) -> str:
-    lines = ["```mermaid", "graph LR"]
-    lines += [f"  {a} --> {b}" for a in sorted(edges) for b in sorted(edges[a])]
-    return "\n".join([*lines, "```"])
+#: the picture of :func:`product_edges`, drawn by tools.refdocs.diagrams (``make generate``)
+PRODUCTS_SVG = "imports-products.svg"
+
+
+def products_alt(edges: dict[str, set[str]]) -> str:
+    """The picture's alt text: every arrow in words (also a screen reader's whole picture)."""
+    sources = sorted(a for a in edges if edges[a])
+    said = "; ".join(f"{a} imports {', '.join(sorted(edges[a]))}" for a in sources)
+    alone = sorted(a for a in edges if not edges[a])
+    return f"Who imports whom: {said}. {', '.join(alone)} imports none of them."
+
+
+def _picture(edges: dict[str, set[str]]) -> str:
+    # A picture, not a mermaid block: the site must show it offline (no mermaid.js from a CDN).
+    return f"![{products_alt(edges)}](../assets/diagrams/{PRODUCTS_SVG})"
 
 
 def imports_page(root: Path) -> tuple[str, list[str]]:
@@ -88,7 +99,7 @@ def imports_page(root: Path) -> tuple[str, list[str]]:
         "An arrow is an import. Every product imports the sdk (`sarl`); the sdk imports none "
         "of them (`sarl serve` reaches the services through the `sarl.cli` entry point, by "
         "name only).",
-        _mermaid(products),
+        _picture(products),
         "## The sdk's subpackages",
         "What each subpackage of `sarl` imports from the others and from the heavy stacks, "
         "anywhere in its modules (most heavy imports sit inside the functions that need them, "
