@@ -25,6 +25,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
+from sarl.cli import structure_lines
 from sarl.cli.main import app
 from sarl.rewards.structure import scorer as scorer_module
 from sarl.rewards.structure.config import StructureRewardConfig
@@ -156,3 +157,36 @@ def test_the_console_script_prints_the_same_bytes_with_workers_2_as_with_1(
     errors = [r for r in rows if "error" in r]
     assert len(errors) == 5
     assert sum(1 for r in rows if r.get("num_steps", 0) > 0) == CLUSTERED + 2  # + labels lines
+
+
+def test_a_batch_the_pool_refuses_is_scored_line_by_line_in_process() -> None:
+    """Validation keeps every line the clustering could refuse out, so no real input makes the
+    pool refuse: the refusal is faked, a ``ValueError`` as a worker's is re-raised, and it must
+    not fail the chunk; its lines get exactly the in-process results, error lines too."""
+
+    def refusing(
+        embeddings: Sequence[npt.NDArray[np.floating]], truncated: Sequence[bool]
+    ) -> list[StructureResult]:
+        raise ValueError("a worker refused the batch")
+
+    chunk = list(enumerate(mixed_lines()[:40], start=1))
+    lazy = structure_lines.LazyEmbedder(lambda: HashEmbedder())
+    config = StructureRewardConfig()
+
+    def rows(**cluster: Any) -> list[dict[str, Any]]:
+        scored = structure_lines.score_chunk(
+            chunk, config, lazy, StructureResult.to_dict, **cluster
+        )
+        return [line.row for line in scored]
+
+    assert rows(cluster=refusing) == rows()
+    assert sum("error" in r for r in rows()) < 10  # most lines scored
+
+
+class HashEmbedder:
+    """A deterministic in-process stand-in for the embedder of the unit test above (the CLI
+    tests use the real HTTP server): 8 values per text."""
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        rows = [np.random.default_rng(sum(t.encode())).normal(size=8) for t in texts]
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), 8)
