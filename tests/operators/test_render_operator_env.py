@@ -2,10 +2,10 @@
 install's operator would create, built with the settings it reads from its Deployment's
 environment (issue 40 item 3, "exactly what the operator's builders produce").
 
-The file is what ``kubectl -n sarl-system set env deployment/sarl-operator --list`` prints
-(kubernetes/kubectl v0.34.0 ``pkg/cmd/set/set_env.go``: a ``# deployments/NAME, container C``
-header, ``NAME=VALUE`` lines, ``# NAME from secret S, key K`` for a ``valueFrom`` entry). The
-oracle composes the objects from the builder functions the handlers call, with
+The file is what ``kubectl -n sarl set env deployment -l app.kubernetes.io/component=operator,...
+--list`` prints (kubernetes/kubectl v0.34.0 ``pkg/cmd/set/set_env.go``: a ``# deployments/NAME,
+container C`` header, ``NAME=VALUE`` lines, ``# NAME from secret S, key K`` for a ``valueFrom``
+entry). The oracle composes the objects from the builder functions the handlers call, with
 ``Settings.from_env`` of the same variables. The command is the real CLI (typer's runner, in
 process: nothing here needs a cluster or the network).
 """
@@ -47,7 +47,7 @@ ENV: Final = {
 #: As kubectl prints the Deployment's env: its header and valueFrom entries are comments.
 LISTED: Final = "\n".join(
     [
-        "# deployments/sarl-operator, container operator",
+        "# deployments/sarl-sarl-platform-operator, container operator",
         "# SARL_OPERATOR_NAMESPACE from field path metadata.namespace",
         *(f"{k}={v}" for k, v in ENV.items()),
         "# MLFLOW_TRACKING_PASSWORD from secret sarl-mlflow-auth, key password",
@@ -205,3 +205,41 @@ def test_operator_env_without_dry_run_is_refused(tmp_path: Path) -> None:
     assert result.stderr == (
         "error: --operator-env is for --dry-run (on a cluster the operator uses its own)\n"
     )
+
+
+def _listed(deployment: dict[str, Any]) -> str:
+    """``kubectl set env --list`` of ``deployment``'s operator container (set_env.go v0.34.0:
+    ``NAME=VALUE``, or ``# NAME from ...`` for a ``valueFrom`` entry)."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    lines = [f"# deployments/{deployment['metadata']['name']}, container {container['name']}"]
+    for e in container["env"]:
+        has_value = "valueFrom" not in e
+        lines.append(f"{e['name']}={e.get('value', '')}" if has_value else f"# {e['name']} from x")
+    return "\n".join([*lines, ""])
+
+
+GOLDEN_CHARTS: Final = sorted((ROOT / "tests" / "charts" / "golden").glob("sarl-platform-*.yaml"))
+
+
+@pytest.mark.parametrize("golden", GOLDEN_CHARTS, ids=lambda p: p.stem)
+def test_the_charts_operator_environment_renders(tmp_path: Path, golden: Path) -> None:
+    """The operator Deployment of each golden chart render (tests/charts/golden, made by
+    ``make generate`` from the chart's values files; no helm binary needed here), listed as
+    kubectl lists it: rendering with it succeeds and uses its trainer image. Under tenancy
+    the namespace matters as it does to the operator (``default`` is refused: not a tenant)."""
+    (deployment,) = [
+        d
+        for d in yaml.safe_load_all(golden.read_text())
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-operator")
+    ]
+    text = _listed(deployment)
+    env = {k: v for k, _, v in (line.partition("=") for line in text.splitlines()[1:]) if _}
+    env_file = str(_env_file(tmp_path, text))
+    # team-a: a tenant namespace of the tenants values (elsewhere any namespace will do).
+    result = _invoke("render", str(SPEC), "-n", "team-a", "--operator-env", env_file)
+    assert result.exit_code == 0, result.stderr
+    (job,) = [d for d in _documents(result.stdout) if d["kind"] == "TrainJob"]
+    assert Settings.from_env(env).verl_image in str(job)
+    if "team-a" in env.get("SARL_TENANTS", ""):  # the operator refuses a namespace not a tenant
+        refused = _invoke("render", str(SPEC), "--operator-env", env_file)
+        assert refused.exit_code == 2 and "'default' is not a tenant" in refused.stderr

@@ -1,4 +1,4 @@
-"""The operator's environment as ``kubectl set env deployment/sarl-operator --list`` prints it.
+"""The operator's environment as ``kubectl set env deployment ... --list`` prints it.
 
 Read by ``sarl render --operator-env FILE`` and ``sarl submit --dry-run --operator-env FILE``
 (:mod:`sarl.cli.render`), which hand the mapping to the operator's renderer
@@ -27,8 +27,12 @@ from typing import Final
 #: every variable the platform chart sets has such a name.
 _NAME: Final = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 
-#: How to make the file, said in errors and the docs.
-KUBECTL_LIST: Final = "kubectl -n <namespace> set env deployment/sarl-operator --list"
+#: How to make the file, said in errors and the docs. The Deployment is found by the platform
+#: chart's labels: its name depends on the release (``<release>-sarl-platform-operator``).
+KUBECTL_LIST: Final = (
+    "kubectl -n <namespace> set env deployment "
+    "-l app.kubernetes.io/part-of=sarl,app.kubernetes.io/component=operator --list"
+)
 
 
 class OperatorEnvError(ValueError):
