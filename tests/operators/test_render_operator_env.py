@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from sarl.cli.main import app
 from sarl.cluster.documents import experiment_body, load_for_cluster
+from sarl.plan import store_capacity_from_env
 from sarl.rewards.cluster_names import validating_for_cluster
 from sarl.spec.experiment import Experiment
 from sarl.spec.overrides import load_with_sets
@@ -198,6 +199,35 @@ def test_the_operator_refuses_a_custom_reward_its_allow_list_lacks(tmp_path: Pat
     assert _invoke("render", str(custom), "--operator-env", str(allowed)).exit_code == 0
 
 
+@pytest.mark.parametrize(
+    ("line", "sets", "refused"),
+    [
+        (
+            "SARL_ALLOWED_IMAGE_REGISTRIES=registry.internal/ml",
+            ["spec.resources.image=docker.io/evil/x:1"],
+            "spec.resources.image='docker.io/evil/x:1': registry not allowed",
+        ),
+        ("SARL_STORE_CAPACITY=1Gi", [], "spec.storage.checkpoint_uri: the object store "),
+    ],
+)
+@pytest.mark.parametrize("command", [["render"], ["submit", "--dry-run"]])
+def test_what_the_admission_webhook_refuses_is_refused_with_its_message(
+    tmp_path: Path, command: list[str], line: str, sets: list[str], refused: str
+) -> None:
+    """The install's image allow-list and store room are checked as the webhook checks a CREATE
+    (``sarl_operator.admission.refusal``): a dry run that printed objects the cluster refuses
+    would send the user to a submit that fails. Without the file both render (the defaults
+    allow any image and know no store size)."""
+    env_file = _env_file(tmp_path, f"{LISTED}{line}\n")
+    args = [str(SPEC), *(a for s in sets for a in ("--set", s))]
+    result = _invoke(*command, *args, "--operator-env", str(env_file))
+    assert result.exit_code == 2, result.stdout
+    assert "the platform's admission check refuses it: " in result.stderr
+    assert refused in result.stderr and len(result.stderr.splitlines()) == 1
+    assert result.stdout == ""
+    assert _invoke(*command, *args).exit_code == 0
+
+
 def test_operator_env_without_dry_run_is_refused(tmp_path: Path) -> None:
     env_file = _env_file(tmp_path, LISTED)
     result = _invoke("submit", str(SPEC), "--operator-env", str(env_file))
@@ -235,11 +265,19 @@ def test_the_charts_operator_environment_renders(tmp_path: Path, golden: Path) -
     text = _listed(deployment)
     env = {k: v for k, _, v in (line.partition("=") for line in text.splitlines()[1:]) if _}
     env_file = str(_env_file(tmp_path, text))
+    # The example's checkpoints (209.8 GiB) do not fit the bundled trial store (20 GiB): the
+    # webhook refuses it there, so render does; on an external store (5 TiB, or a store the
+    # spec names) it renders.
+    capacity = store_capacity_from_env(env)
+    if capacity is not None and capacity < 209 * 2**30:
+        bundled = _invoke("render", str(SPEC), "-n", "team-a", "--operator-env", env_file)
+        assert bundled.exit_code == 2 and "the object store " in bundled.stderr
+    external = ["--set", "spec.storage.endpoint_url=https://s3.team-a.example"]
     # team-a: a tenant namespace of the tenants values (elsewhere any namespace will do).
-    result = _invoke("render", str(SPEC), "-n", "team-a", "--operator-env", env_file)
+    result = _invoke("render", str(SPEC), *external, "-n", "team-a", "--operator-env", env_file)
     assert result.exit_code == 0, result.stderr
     (job,) = [d for d in _documents(result.stdout) if d["kind"] == "TrainJob"]
     assert Settings.from_env(env).verl_image in str(job)
     if "team-a" in env.get("SARL_TENANTS", ""):  # the operator refuses a namespace not a tenant
-        refused = _invoke("render", str(SPEC), "--operator-env", env_file)
+        refused = _invoke("render", str(SPEC), *external, "--operator-env", env_file)
         assert refused.exit_code == 2 and "'default' is not a tenant" in refused.stderr

@@ -36,7 +36,7 @@ from sarl.spec.experiment import Experiment
 from sarl.spec.secret_shapes import REDACTED
 from sarl.spec.secrets import is_secret_key, redact_text
 from sarl.spec.study import Study, is_study_document
-from sarl_operator import evaluation, served_models, study_builders, trainjob
+from sarl_operator import admission, evaluation, served_models, study_builders, trainjob
 from sarl_operator.builders import configmap
 from sarl_operator.experiment_handlers import JOB_BUILDERS, auto_job_kind, experiment_from_body
 from sarl_operator.network_policies import network_policies
@@ -155,7 +155,10 @@ def document_objects(
 ) -> Rendered:
     """The objects for the Experiment or Study in ``source`` (a file or a parsed document),
     validated as ``sarl submit`` and the operator validate it (SpecError naming the field),
-    the stored custom object first. The ``sarl.render`` entry point. ``operator_env``: the
+    the stored custom object first; with ``operator_env``, then checked as the admission
+    webhook checks a CREATE (:func:`~sarl_operator.admission.refusal`: images, rewards and
+    tenant policy, the plan against the store's room): ValueError naming what it refuses. The
+    ``sarl.render`` entry point. ``operator_env``: the
     operator Deployment's variables (``operator_env_source`` names where they were read), used
     instead of ``settings``; OperatorEnvError for a value the operator would refuse."""
     reward_modules: tuple[str, ...] | None = None
@@ -180,6 +183,15 @@ def document_objects(
         seen = _as_operator_sees(body, settings, reward_modules)
         objects = [body, *experiment_objects(seen, namespace, settings, job_kind)]
         kinds = {job_kind_of(seen, job_kind)}
+    # What the webhook (or, without it, the create handler) answers on submit; without the
+    # install's environment its allow-lists and store size are unknown, so nothing to check.
+    refused = (
+        None
+        if operator_env is None
+        else admission.refusal(objects[0], "CREATE", None, dict(operator_env))
+    )
+    if refused:
+        raise ValueError(f"the platform's admission check refuses it: {refused}")
     used = None if operator_env is None else operator_env_source
     return Rendered(objects, _notes(sorted(kinds), job_kind, used))
 
