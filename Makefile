@@ -15,7 +15,7 @@ TORCH := torch==2.13.0
 PIP_FLAGS := --disable-pip-version-check --progress-bar off -q
 
 .DEFAULT_GOAL := help
-.PHONY: gpu-wheels gpu-check images push-images lint-workflows help setup setup-main setup-verl setup-peer docs docs-serve demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
+.PHONY: notebook-pages gpu-wheels gpu-check images push-images lint-workflows help setup setup-main setup-verl setup-peer docs docs-serve demo study demo-traces test test-main test-verl bench lint format generate check-generated check-images clean
 
 help: ## List targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -103,6 +103,11 @@ generate: setup-main ## Regenerate generated files (JSON schemas, CRDs, golden r
 	$(PY) tests/operators/regenerate_golden.py
 	$(PY) -m tools.refdocs
 	$(PY) -m tools.refdocs.diagrams
+
+# Not part of generate: it executes notebooks 01 and 02 (minutes, local training runs).
+# tests/docs/test_notebook_pages.py fails when a notebook's code no longer matches its page.
+notebook-pages: setup-main ## Execute the example notebooks and rewrite their docs pages (docs/tutorials/notebooks/)
+	$(PY) -m tools.notebook_pages
 
 check-generated: setup-main ## Fail if generated files are out of date
 	$(PY) -m sarl.schemas.generate --check
