@@ -111,18 +111,21 @@ class StudyInStore:
     study: str
 
 
-def log_study_runs(uri: str, study: Study, steps: int = 8) -> StudyInStore:
+def log_study_runs(uri: str, study: Study, spools: Path, steps: int = 8) -> StudyInStore:
     """The Study's MLflow runs as the runners create them, without training: the parent run
     (:func:`sarl.study.runner.open_parent_run`) and each arm x seed run with the tags, params
     and description the local runner gives it (:meth:`Tracker.start_experiment`), then
-    made-up curves (``reward/mean``, ``structure/score``, ``eval/heldout/avg_at_4``)."""
+    made-up curves (``reward/mean``, ``structure/score``, ``eval/heldout/avg_at_4``); their
+    tracking spools under ``spools``."""
     from sarl.study.runner import open_parent_run
     from sarl.tracking.tracker import Tracker
 
-    parent = open_parent_run(study, uri)
+    parent = open_parent_run(study, uri, spools / "study")
     run_id = ""
     for i, run in enumerate(study.runs(parent.run_id)):
-        tracker = Tracker.start_experiment(uri, run.experiment, backend="local-trl")
+        tracker = Tracker.start_experiment(
+            uri, run.experiment, backend="local-trl", spool_root=spools / "runs"
+        )
         lift = 0.05 * (i % 2) + 0.01 * run.seed  # arms (and seeds) apart, so groups show
         for step in range(steps + 1):
             tracker.log_metrics(
@@ -290,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.store is not None:
                 found = _found(server.url)
             elif args.synthetic:
-                found = log_study_runs(server.url, load_study(TINY_STUDY))
+                found = log_study_runs(server.url, load_study(TINY_STUDY), tmp / "spools")
             else:
                 found = train_tiny_study(server.url, tmp / "work")
             with headless_chromium() as page:

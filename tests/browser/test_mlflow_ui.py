@@ -30,8 +30,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, StudyInStore, Page]]:
-    with serving(None, tmp_path_factory.mktemp("mlflow-ui")) as server:
-        found = log_study_runs(server.url, load_study(TINY_STUDY))
+    root = tmp_path_factory.mktemp("mlflow-ui")
+    with serving(None, root) as server:
+        found = log_study_runs(server.url, load_study(TINY_STUDY), root / "spools")
         with headless_chromium() as page:
             yield server.url, found, page
 

@@ -136,14 +136,14 @@ def test_sarl_study_run_prints_the_links_uncut(capsys: pytest.CaptureFixture[str
     assert any(CHART_VIEW_QUERY in line for line in out)
 
 
-def test_the_studys_parent_run_is_grey(mlflow_server: Any) -> None:
+def test_the_studys_parent_run_is_grey(mlflow_server: Any, tmp_path: Path) -> None:
     """Untagged, the parent run got MLflow's own colour, a blue close to the first arm's (seen
     in the chart view of the demo's store with the parent row expanded)."""
     from sarl.study.runner import open_parent_run
 
     doc: dict[str, Any] = _demo().model_dump(mode="json")
     doc["metadata"]["name"] = "grey-parent"
-    parent = open_parent_run(load_study(doc), mlflow_server.url)
+    parent = open_parent_run(load_study(doc), mlflow_server.url, tmp_path / "spool")
     parent.finish("FINISHED")
     run = mlflow.MlflowClient(mlflow_server.url).get_run(parent.run_id)
     assert run.data.tags[TAG_COLOR] == STUDY_COLOR

@@ -7,6 +7,7 @@ SQLite store, the local checkpoint store, the report read back from MLflow.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,24 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, Study
         out_dir=root / "out",
         jobs=2,  # the parallel path: two worker processes
     )
-    return run_study(load_study(tiny_study()), opts), root, opts
+    # Run from a directory that is not the workdir's parent, as a notebook kernel does.
+    elsewhere = root / "cwd"
+    elsewhere.mkdir()
+    before = Path.cwd()
+    os.chdir(elsewhere)
+    try:
+        return run_study(load_study(tiny_study()), opts), root, opts
+    finally:
+        os.chdir(before)
+
+
+def test_nothing_is_written_under_the_current_directory(finished: Any) -> None:
+    """The parent run's tracking spool went to ``./.sarl/spool`` before: a stray ``.sarl``
+    that the next notebook in that directory took for its workdir, splitting the store."""
+    result, root, opts = finished
+    assert list((root / "cwd").iterdir()) == []
+    spool = opts.workdir / "studies" / "tiny" / "tracking"
+    assert [p.name for p in spool.iterdir()] == [result.parent_run_id]
 
 
 def test_every_arm_and_seed_nested_under_one_parent(finished: Any) -> None:

@@ -135,7 +135,7 @@ def test_the_stored_study_keeps_what_the_report_reads(mlflow_server: Any, tmp_pa
         },
     }
     study = validate_study(doc, "study")
-    tracker = open_parent_run(study, mlflow_server.url)
+    tracker = open_parent_run(study, mlflow_server.url, tmp_path / "spool")
     tracker.finish()
 
     assert SECRET not in _everything_logged(mlflow_server.url, tracker.run_id)

@@ -88,7 +88,7 @@ def run_study(study: Study, opts: StudyOptions | None = None) -> StudyResult:
     named = opts.tracking_uri_flag if opts.tracking_uri else "tracking.mlflow_uri"
     # SIGTERM/SIGHUP end the Study as Ctrl-C does: runs stopped, parent run closed KILLED.
     with signals_interrupt():
-        parent = open_parent_run(study, tracking_uri)
+        parent = open_parent_run(study, tracking_uri, parent_spools(opts.workdir, study))
         result = StudyResult(
             study.name, parent.run_id, tracking_uri, experiment_id=parent.experiment_id
         )
@@ -140,10 +140,18 @@ def check_importable_rewards(study: Study, jobs: int) -> list[str]:
     return list(modules)
 
 
-def open_parent_run(study: Study, tracking_uri: str) -> Any:
-    """The Study's parent run (a :class:`~sarl.tracking.tracker.Tracker`): the newest one of
-    this exact document, else a new one, described for MLflow's UI (what the Study compares;
-    the experiment it creates says where to click to see the arms)."""
+def parent_spools(workdir: Path, study: Study) -> Path:
+    """Where the parent run's tracking spool lives: in the workdir, as each run's does
+    (``<workdir>/runs/<name>/tracking``), never under the current directory, where a stray
+    ``.sarl`` would become the next notebook's or command's workdir and split the store."""
+    return workdir / "studies" / study.name / "tracking"
+
+
+def open_parent_run(study: Study, tracking_uri: str, spool_root: Path) -> Any:
+    """The Study's parent run (a :class:`~sarl.tracking.tracker.Tracker`, its spool under
+    ``spool_root``): the newest one of this exact document, else a new one, described for
+    MLflow's UI (what the Study compares; the experiment it creates says where to click to see
+    the arms)."""
     import yaml
 
     from sarl.spec.loggable import DOCUMENT_NOTE, loggable_study
@@ -175,13 +183,14 @@ def open_parent_run(study: Study, tracking_uri: str) -> Any:
             ),
         )
         if found:
-            return Tracker.resume(tracking_uri, found[0].info.run_id)
+            return Tracker.resume(tracking_uri, found[0].info.run_id, spool_root=spool_root)
     # The stored Study document: its allow-listed fields only (issue 38 item 8), redacted.
     doc = redact(loggable_study(study.model_dump(mode="json")))
     return Tracker.start(
         tracking_uri,
         study.mlflow_experiment,
         study.name,
+        spool_root=spool_root,
         tags={**parent_run_tags(study.name), TAG_HASH: digest},
         params=flatten_params(
             {"arms": [a.name for a in study.spec.arms], "seeds": study.spec.seeds}
