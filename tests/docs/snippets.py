@@ -15,6 +15,27 @@ chart's ``values.schema.json``, ``kubectl apply -f PATH`` against the repository
 install -e 'PKG[extras]'`` against the package's extras, ``python -m MODULE`` against the
 importable modules, and ``.venv/bin/TOOL`` against the environment. A shell block with a line of
 any other kind must be marked ``not-checked`` (the check says which line).
+
+Every ``yaml`` block must parse (``yaml.safe_load_all``; the error names page and line, even in
+a ``not-checked`` block, whose marker waives only what follows). Each document of the block is
+then told apart by its marker or its keys (:func:`yaml_kind`) and checked as a reader would use it:
+
+- ``apiVersion: sarl.dev/...``: a whole Experiment or Study, validated as ``sarl validate``
+  validates it (:func:`sarl.spec.loader.validate_document` / ``validate_study(...).runs()``,
+  local, no cluster); the problem is the loader's one line.
+- keys of an Experiment's spec (``reward:``, ``serving:``, ...), bare or under ``spec:``: a spec
+  fragment, merged over the minimal valid Experiment (:data:`FRAGMENT_BASE`, preset
+  ``local-grpo-arithmetic``: the fragment's own ``preset`` wins) and validated the same way; keys
+  of a Study's spec (``base:``, ``arms:``, ...) likewise over :data:`STUDY_BASE`.
+- ``<!-- values: CHART -->`` before the block: a Helm values fragment of ``charts/CHART``,
+  merged over the chart's values.yaml (as Helm merges ``-f``: mappings merge, lists replace) and
+  checked against its ``values.schema.json`` with jsonschema.
+- ``apiVersion`` of any other group: a Kubernetes manifest, parsed only.
+
+A block of none of these kinds (a fragment of another program's config) must be marked
+``not-checked`` with the reason. A spec that names a reader's own reward module names the worked
+example's (``examples/custom_reward``): :data:`READER_PACKAGES` is what the test puts on
+``sys.path``, as ``pip install ./examples/custom_reward`` would.
 """
 
 from __future__ import annotations
@@ -28,8 +49,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import typer
+import yaml
 
 # typer 0.29 carries its own copy of click (typer._click): its commands are not click's classes.
 from typer._click.core import Command, Context
@@ -38,8 +61,10 @@ from typer._click.exceptions import UsageError
 ROOT = Path(__file__).resolve().parents[2]
 SHELL = frozenset({"bash", "sh", "shell", "console"})
 PYTHON = frozenset({"python", "py", "python3"})
+YAML = frozenset({"yaml", "yml"})
 RUN = "<!-- run -->"
 NOT_CHECKED = re.compile(r"<!--\s*not-checked:\s*(\S[^>]*?)\s*-->")
+VALUES = re.compile(r"<!--\s*values:\s*([\w-]+)\s*-->")
 #: Shell builtins whose lines need no check (they name nothing of this repository).
 BUILTINS = frozenset({"cd", "echo", "export", "source", "set", "unset", "true"})
 _FENCE = re.compile(r"^(\s*)(`{3,})([\w+-]*)[^\n]*$")
@@ -86,9 +111,17 @@ def blocks(path: Path) -> Iterator[Block]:
             body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j])
             j += 1
         before = next((lines[k].strip() for k in range(i - 1, -1, -1) if lines[k].strip()), "")
-        marker = "run" if before == RUN else "not-checked" if NOT_CHECKED.fullmatch(before) else ""
+        marker = _marker(before)
         yield Block(path, i + 1, lang, marker, "\n".join(body))
         i = j + 1
+
+
+def _marker(line: str) -> str:
+    """``run``, ``not-checked``, ``values:CHART`` or ``""`` for the line before a block."""
+    values = VALUES.fullmatch(line)
+    if values:
+        return f"values:{values.group(1)}"
+    return "run" if line == RUN else "not-checked" if NOT_CHECKED.fullmatch(line) else ""
 
 
 def commands(text: str) -> Iterator[list[str]]:
@@ -289,3 +322,132 @@ def check_module(name: str) -> str | None:
     except ModuleNotFoundError:
         found = None
     return None if found is not None else f"python -m {name}: no such module"
+
+
+# YAML blocks (see the module docstring for how a block's kind is told).
+
+#: The minimal valid Experiment a spec fragment is merged over.
+FRAGMENT_BASE: dict[str, Any] = {
+    "apiVersion": "sarl.dev/v1alpha1",
+    "kind": "Experiment",
+    "metadata": {"name": "docs-fragment"},
+    "spec": {"preset": "local-grpo-arithmetic"},
+}
+#: The minimal valid Study a Study spec fragment is merged over.
+STUDY_BASE: dict[str, Any] = {
+    **FRAGMENT_BASE,
+    "kind": "Study",
+    "spec": {"base": {"preset": "local-grpo-arithmetic"}, "arms": [{"name": "docs-arm"}]},
+}
+#: Packages a page's spec names as the reader's own (installed by the reader).
+READER_PACKAGES = (ROOT / "examples" / "custom_reward" / "src",)
+
+
+def yaml_documents(block: Block) -> tuple[list[Any], str | None]:
+    """The block's YAML documents, or ``[]`` and the parse error as ``page:line: message``."""
+    try:
+        return list(yaml.safe_load_all(block.text)), None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = block.line + 1 + (mark.line if mark is not None else 0)  # +1: the fence line
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        return [], f"{_page(block)}:{line}: YAML does not parse: {problem}"
+
+
+def _page(block: Block) -> str:
+    return block.where.rpartition(":")[0]
+
+
+@cache
+def _spec_fields() -> tuple[frozenset[str], frozenset[str]]:
+    from sarl.spec.experiment import ExperimentSpec
+    from sarl.spec.study import StudySpec
+
+    return frozenset(ExperimentSpec.model_fields), frozenset(StudySpec.model_fields)
+
+
+def yaml_kind(doc: Any, marker: str = "") -> str:
+    """``document``, ``manifest``, ``spec``, ``study``, ``values:CHART``, or ``""`` (unknown)."""
+    if marker.startswith("values:"):
+        return marker
+    if not isinstance(doc, dict) or not doc:
+        return ""
+    if "apiVersion" in doc:
+        return "document" if str(doc["apiVersion"]).startswith("sarl.dev/") else "manifest"
+    wrapped = set(doc) == {"spec"} and isinstance(doc["spec"], dict)
+    keys = set(doc["spec"] if wrapped else doc)
+    experiment, study = _spec_fields()
+    if keys & study:
+        return "study"
+    # Under `spec:` any key is the spec's (a typo gets the loader's "did you mean").
+    return "spec" if wrapped or keys & experiment else ""
+
+
+def check_yaml(block: Block) -> list[str]:
+    """The problems of one YAML block, each one line starting ``page:line:``."""
+    docs, problem = yaml_documents(block)
+    if problem or block.marker == "not-checked":
+        return [problem] if problem else []
+    problems = [check_yaml_document(doc, yaml_kind(doc, block.marker)) for doc in docs]
+    return [f"{block.where}: {p}" for p in problems if p]
+
+
+def check_yaml_document(doc: Any, kind: str) -> str | None:
+    """``None`` when the document of that :func:`yaml_kind` checks out; else the problem."""
+    if kind == "manifest":
+        return None  # parsed; no cluster's schemas here
+    if kind == "document":
+        return validate_sarl(doc)
+    if kind in ("spec", "study"):
+        fragment = doc["spec"] if set(doc) == {"spec"} else doc
+        base = STUDY_BASE if kind == "study" else FRAGMENT_BASE
+        return validate_sarl({**base, "spec": deep_merge(base["spec"], fragment)})
+    if kind.startswith("values:"):
+        return check_values(kind.removeprefix("values:"), doc)
+    return (
+        "cannot tell what this YAML is (not a sarl document, spec fragment or manifest): mark "
+        "it <!-- values: CHART --> or <!-- not-checked: REASON --> on the line before it"
+    )
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base`` as presets, Study arms and Helm's ``-f`` merge: mappings
+    merge, anything else (a list) replaces (:func:`sarl.spec.presets.deep_merge`)."""
+    from sarl.spec.presets import deep_merge as merge
+
+    return merge(base, override)
+
+
+def validate_sarl(doc: dict[str, Any]) -> str | None:
+    """Validate as ``sarl validate`` does (sarl/cli/run.py ``validate_command``): the
+    loader's one-line message, or ``None``."""
+    from sarl.spec.loader import SpecError, validate_document, validate_study
+    from sarl.spec.study import is_study_document
+
+    try:
+        if is_study_document(doc):
+            validate_study(doc).runs()
+        else:
+            validate_document(doc)
+    except SpecError as e:
+        return str(e)
+    return None
+
+
+def check_values(chart: str, values: Any) -> str | None:
+    """A values fragment over ``charts/CHART/values.yaml``, against its values.schema.json."""
+    import jsonschema
+
+    folder = ROOT / "charts" / chart
+    if not (folder / "values.schema.json").exists():
+        return f"<!-- values: {chart} -->: no chart charts/{chart} with a values.schema.json"
+    if not isinstance(values, dict):
+        return f"charts/{chart} values: expected a mapping, got {type(values).__name__}"
+    defaults = yaml.safe_load((folder / "values.yaml").read_text(encoding="utf-8"))
+    schema = json.loads((folder / "values.schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(deep_merge(defaults, values)))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+    return f"charts/{chart} values {where}: {error.message} (values.schema.json)"

@@ -2,7 +2,7 @@
 checked (issue 41): Python compiled, and run when marked ``<!-- run -->``; shell lines checked
 against the real CLI, the Makefile, the charts' values schemas and the repository's files
 (``tests/docs/snippets.py`` says how); blocks marked ``<!-- not-checked: REASON -->`` counted.
-``pytest -s`` prints the counts.
+YAML blocks: tests/docs/test_yaml_snippets.py. ``pytest -s`` prints the counts, YAML included.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -72,15 +73,22 @@ def test_run_blocks_execute(block: Block) -> None:
 
 def test_counts(capsys: pytest.CaptureFixture[str]) -> None:
     """The counts the issue asks for; at least one block is executed."""
-    every = _of(snippets.SHELL | snippets.PYTHON)
+    every = _of(snippets.SHELL | snippets.PYTHON | snippets.YAML)
     executed = [b for b in every if b.marker == "run"]
     marked = [b for b in every if b.marker == "not-checked"]
-    checked = [b for b in every if b.marker == ""]
+    checked = [b for b in every if b.marker not in ("run", "not-checked")]  # "", values:CHART
+    kinds = Counter(
+        snippets.yaml_kind(doc, b.marker) or "unknown"
+        for b in _of(snippets.YAML)
+        if b.marker != "not-checked"
+        for doc in snippets.yaml_documents(b)[0]
+    )
     with capsys.disabled():
         print(
             f"\ndocs snippets: {len(executed)} executed, {len(checked)} checked, "
-            f"{len(marked)} marked not-checked ({len(every)} shell and Python blocks in "
-            f"{len(snippets.pages())} pages)"
+            f"{len(marked)} marked not-checked ({len(every)} shell, Python and YAML blocks in "
+            f"{len(snippets.pages())} pages; YAML documents checked: "
+            f"{', '.join(f'{n} {kind}' for kind, n in sorted(kinds.items()))})"
         )
     assert executed and checked
 
