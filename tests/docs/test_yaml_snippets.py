@@ -8,7 +8,9 @@ pages' own blocks, written to ``tmp_path``.
 
 from __future__ import annotations
 
+import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,10 +27,17 @@ def yaml_blocks(root: Path = ROOT) -> list[Block]:
 
 
 @pytest.fixture
-def reader_packages(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the pages tell the reader to install (``pip install ./examples/custom_reward``)."""
+def reader_packages(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """What the pages tell the reader to install (``pip install ./examples/custom_reward``):
+    on ``sys.path`` for the test only, and the modules it imported forgotten after it, so no
+    later test in this process finds the package that is not installed here."""
+    before = set(sys.modules)
     for package in snippets.READER_PACKAGES:
         monkeypatch.syspath_prepend(str(package))
+    yield
+    for name in set(sys.modules) - before:
+        if any(name.split(".")[0] == p.name for r in snippets.READER_PACKAGES for p in r.iterdir()):
+            del sys.modules[name]
 
 
 @pytest.mark.usefixtures("reader_packages")
