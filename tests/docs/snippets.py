@@ -49,7 +49,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import typer
 import yaml
@@ -87,12 +87,19 @@ class Block:
         return f"{path}:{self.line}"
 
 
+#: The packages' own READMEs, read by whoever installs one part (the charts, the services, the
+#: operator): their blocks are checked as the site's are.
+PACKAGE_READMES: Final = ("charts", "jobs", "operators", "sdk", "services")
+
+
 def pages(root: Path = ROOT) -> list[Path]:
-    """README.md and the hand-written pages under docs/ (generated reference pages excluded)."""
+    """README.md, the hand-written pages under docs/ (generated reference pages excluded) and
+    the packages' READMEs (:data:`PACKAGE_READMES`)."""
     docs = [
         p for p in (root / "docs").rglob("*.md") if "reference" not in p.relative_to(root).parts
     ]
-    return [root / "README.md", *sorted(docs)]
+    packages = [root / d / "README.md" for d in PACKAGE_READMES]
+    return [root / "README.md", *sorted(docs), *(p for p in packages if p.exists())]
 
 
 def blocks(path: Path) -> Iterator[Block]:
