@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+#: What a browser loads from a page by itself: scripts, stylesheets, fonts, images, frames
+#: (links a reader clicks are not loaded).
+_LOADED = re.compile(
+    r"<(?:script|img|iframe)\b[^>]*\bsrc=[\"'](?P<src>[^\"']+)"
+    r"|<link\b[^>]*\bhref=[\"'](?P<href>[^\"']+)[^>]*>"
+    r"|url\((?P<url>[^)]+)\)"
+)
+
+
+def external_loads(html: str) -> list[str]:
+    """The addresses ``html`` makes a browser load from another host (``http(s)://`` or
+    ``//host``), except ``<link>`` elements that are not fetched (``rel=canonical`` and the
+    like: only stylesheets, preloads, preconnects and icons are)."""
+    found = []
+    for m in _LOADED.finditer(html):
+        address = (m["src"] or m["href"] or m["url"] or "").strip("'\" ")
+        if m["href"] and not re.search(
+            r"rel=[\"'][^\"']*(stylesheet|preload|preconnect|icon)", m[0]
+        ):
+            continue
+        if address.startswith(("http://", "https://", "//")):
+            found.append(address)
+    return found
 
 
 @pytest.mark.slow
@@ -44,3 +68,27 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert ":::" not in api and "doc-heading" in api
     # Sphinx roles in docstrings became code (tools/refdocs/griffe_roles.py), not ":class:" text.
     assert ":class:" not in api and ":func:" not in api
+    # Every page reads offline: nothing loaded from another host (Google Fonts, a CDN's script).
+    loads = {
+        str(page.relative_to(site)): external_loads(page.read_text(encoding="utf-8"))
+        for page in site.rglob("*.html")
+    }
+    assert not {page: found for page, found in loads.items() if found}
+
+
+def test_external_loads_finds_what_a_browser_would_fetch() -> None:
+    """The check above on the head Material writes with its default font, and on a CDN script
+    (mermaid.js, as the site loaded before its diagrams were SVG): both found; links not."""
+    head = (
+        '<link rel="preconnect" href="https://fonts.gstatic.com" crossorigin>'
+        '<link rel="stylesheet" href="https://fonts.googleapis.com/css?family=Roboto">'
+        '<script src="https://unpkg.com/mermaid@11/dist/mermaid.min.js"></script>'
+        '<link rel="canonical" href="https://example.org/sarl/">'
+        '<a href="https://github.com/kubeflow/trainer">Trainer</a>'
+        '<link rel="stylesheet" href="../assets/stylesheets/main.css">'
+    )
+    assert external_loads(head) == [
+        "https://fonts.gstatic.com",
+        "https://fonts.googleapis.com/css?family=Roboto",
+        "https://unpkg.com/mermaid@11/dist/mermaid.min.js",
+    ]
