@@ -55,18 +55,21 @@ def _sarl(tmp_path: Path, *args: str, python: bool = False) -> subprocess.Comple
     )
 
 
-def _children(exp: Experiment, kind: str = "TrainJob") -> list[dict[str, Any]]:
-    """An Experiment's objects in the order reconcile applies them, then the evaluation Job."""
-    platform = SETTINGS.platform
+def _children(
+    exp: Experiment, kind: str = "TrainJob", settings: Settings = SETTINGS
+) -> list[dict[str, Any]]:
+    """An Experiment's objects in the order reconcile applies them, then the evaluation Job,
+    built with the operator's ``settings``."""
+    platform = settings.platform
     services = [
         builders.configmap(exp, NS, platform),
         *served_models.inference_services(exp, NS, platform),
     ]
     served = any(s["kind"] == "InferenceService" for s in services)
     kwargs: dict[str, Any] = {
-        "image": SETTINGS.image_of(exp),
+        "image": settings.image_of(exp),
         "mlflow_run_id": "",
-        "tracking_uri": SETTINGS.tracking_uri_of(exp),
+        "tracking_uri": settings.tracking_uri_of(exp),
         "platform": platform,
     }
     job = (

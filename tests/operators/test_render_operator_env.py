@@ -25,11 +25,11 @@ from sarl.plan import store_capacity_from_env
 from sarl.rewards.cluster_names import validating_for_cluster
 from sarl.spec.experiment import Experiment
 from sarl.spec.overrides import load_with_sets
-from sarl_operator import builders, evaluation, scheduling, served_models
+from sarl_operator import scheduling
 from sarl_operator.experiment_handlers import experiment_from_body
-from sarl_operator.network_policies import network_policies
 from sarl_operator.reconcile import Settings
 from tests.operators.cases import ROOT
+from tests.operators.test_render import _children
 
 SPEC: Final = ROOT / "examples" / "sarl-grpo-math.yaml"
 NS: Final = "default"
@@ -79,20 +79,7 @@ def _oracle(settings: Settings) -> list[dict[str, Any]]:
     platform = settings.platform
     with validating_for_cluster(()):  # no SARL_ALLOWED_REWARD_MODULES: the allow-list is empty
         seen: Experiment = experiment_from_body(body, platform)
-    services = [
-        builders.configmap(seen, NS, platform),
-        *served_models.inference_services(seen, NS, platform),
-    ]
-    served = any(s["kind"] == "InferenceService" for s in services)
-    common: dict[str, Any] = {
-        "image": settings.image_of(seen),
-        "mlflow_run_id": "",
-        "tracking_uri": settings.tracking_uri_of(seen),
-        "platform": platform,
-    }
-    job = builders.pytorchjob(seen, NS, **common)
-    evals = [evaluation.eval_job(seen, NS, **common)] if evaluation.cluster_benchmarks(seen) else []
-    return [body, *network_policies(seen, NS, platform, served), *services, job, *evals]
+    return [body, *_children(seen, "PyTorchJob", settings)]
 
 
 def _env_of(container: dict[str, Any]) -> dict[str, Any]:
