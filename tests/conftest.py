@@ -4,20 +4,29 @@
 at a cluster. Everything else runs everywhere. ``SARL_CACHE_DIR`` (exported ONNX models, see
 ``sarl.embedding.onnx_export``) points at a directory of this session, inherited by the services
 the tests start, so the suite writes nothing under the user's home and exports each model once.
+A directory this file made is removed when the session ends (an ONNX export is ~87 MB; one left
+per run filled a CI machine's disk).
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-os.environ.setdefault("SARL_CACHE_DIR", tempfile.mkdtemp(prefix="sarl-test-cache-"))
+if "SARL_CACHE_DIR" not in os.environ:
+    _session_cache = tempfile.mkdtemp(prefix="sarl-test-cache-")
+    os.environ["SARL_CACHE_DIR"] = _session_cache
+    # atexit, not pytest_unconfigure: services the tests started may still be shutting down when
+    # the hooks run; ignore_errors because a file one of them still writes must not fail the run.
+    atexit.register(shutil.rmtree, _session_cache, ignore_errors=True)
 
 
 def _has_gpu() -> bool:
