@@ -9,6 +9,8 @@ Each test gets its own namespace, so tests sharing the module's server do not in
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,3 +64,38 @@ def set_status(server: KubeServer, ns: str, name: str, status: dict[str, Any]) -
         emulator.objects[kmock.resource(EXPERIMENTS.key), ns, name].patch({"status": status})
 
     server.call(patch)
+
+
+def set_status_once_created(
+    server: KubeServer, ns: str, name: str, status: dict[str, Any], after_s: float = 0.3
+) -> threading.Thread:
+    """In a thread: once the Experiment exists, wait ``after_s`` and :func:`set_status`.
+
+    For a command under test that creates the object itself: a fixed delay from the test's
+    start raced it (on a loaded CI machine the CLI had not created it 0.3 s in, the patch
+    failed with KeyError and the status was never written). Gives up after 60 s; join the
+    thread after the command.
+    """
+
+    def later() -> None:
+        deadline = time.monotonic() + 60.0
+        while not server.call(lambda emulator: _exists(emulator, ns, name)):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        time.sleep(after_s)
+        set_status(server, ns, name, status)
+
+    thread = threading.Thread(target=later, daemon=True)
+    thread.start()
+    return thread
+
+
+def _exists(emulator: Any, ns: str, name: str) -> bool:
+    import kmock
+
+    try:
+        emulator.objects[kmock.resource(EXPERIMENTS.key), ns, name]
+    except KeyError:
+        return False
+    return True

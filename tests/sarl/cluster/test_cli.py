@@ -5,7 +5,6 @@ Failed, 2 invalid spec/usage), through typer's CliRunner against the in-memory A
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from sarl.cli.main import app
-from tests.sarl.cluster.conftest import experiment_doc, set_status
+from tests.sarl.cluster.conftest import experiment_doc, set_status, set_status_once_created
 from tests.support.kube_server import EXPERIMENTS, SARL_RESOURCES, KubeServer, kube_server
 
 
@@ -141,8 +140,9 @@ def test_logs_delete_and_not_found(
 def test_wait_and_submit_wait_exit_codes(
     sarl: Any, server: KubeServer, ns: str, spec_file: Path
 ) -> None:
-    threading.Timer(0.3, lambda: set_status(server, ns, "cli-exp", {"phase": "Succeeded"})).start()
+    operator = set_status_once_created(server, ns, "cli-exp", {"phase": "Succeeded"})
     ok = sarl("submit", str(spec_file), "--wait", "--interval", "0.05", "--timeout", "10")
+    operator.join()
     assert ok.exit_code == 0, ok.stderr
     assert ok.stdout.strip().splitlines()[-1] == "experiment cli-exp Succeeded"
     assert "cli-exp: Succeeded" in ok.stderr  # the progress line (not a terminal: one per change)
