@@ -473,15 +473,15 @@ def test_a_killed_container_restarts_on_failure_with_its_volume_and_a_new_tmp(
 ) -> None:
     with running_pytorchjob(survivor_job("OnFailure"), loopback, root=tmp_path) as run:
         data = run.pods["exp-master-0"].volume_dirs["data"]
-        run.wait_until(lambda: (data / "child").exists(), timeout_s=30)
+        run.wait_until(lambda: (data / "child").exists(), timeout_s=120)
         first_env = dict(run.pods["exp-master-0"].replica.env)
         run.kill("exp-master-0")
-        run.wait_until(lambda: run.restarts["exp-master-0"] == 1, timeout_s=30)
-        run.wait_until(lambda: len((data / "attempts").read_text().split()) == 2, timeout_s=30)
+        run.wait_until(lambda: run.restarts["exp-master-0"] == 1, timeout_s=120)
+        run.wait_until(lambda: len((data / "attempts").read_text().split()) == 2, timeout_s=120)
         assert run.pods["exp-master-0"].exit_codes == [137]  # SIGKILL, as the kubelet says
         assert run.pods["exp-master-0"].replica.env == first_env
         run.restart("exp-master-0")  # by hand: the same, once more
-        run.wait_until(lambda: len((data / "attempts").read_text().split()) == 3, timeout_s=30)
+        run.wait_until(lambda: len((data / "attempts").read_text().split()) == 3, timeout_s=120)
         assert run.restarts == {"exp-master-0": 2}
     # /tmp fresh each time (only a checkout under /tmp is carried in)
     assert (data / "attempts").read_text().split() == [str(len(CARRIED))] * 3
@@ -490,20 +490,21 @@ def test_a_killed_container_restarts_on_failure_with_its_volume_and_a_new_tmp(
 def test_every_process_of_a_killed_container_dies(loopback: PodNetwork, tmp_path: Path) -> None:
     with running_pytorchjob(survivor_job("Never"), loopback, root=tmp_path) as run:
         data = run.pods["exp-master-0"].volume_dirs["data"]
-        run.wait_until(lambda: (data / "child").exists(), timeout_s=30)
+        run.wait_until(lambda: (data / "child").exists(), timeout_s=120)
         process = run.pods["exp-master-0"].process
         assert process is not None
         host_children = _descendants(process.pid)
         assert len(host_children) >= 2  # the container's main process and its child
         run.kill("exp-master-0")
-        result = run.wait(timeout_s=30)
+        result = run.wait(timeout_s=120)
     assert (result.condition, result.exit_codes) == ("Failed", {"exp-master-0": 137})
     assert not _alive(host_children)
 
 
-def _alive(pids: list[int], wait_s: float = 5.0) -> list[int]:
+def _alive(pids: list[int], wait_s: float = 60.0) -> list[int]:
     """Those of ``pids`` still running (not zombies) after at most ``wait_s``: the kernel kills
-    a dead PID namespace's processes asynchronously."""
+    a dead PID namespace's processes asynchronously (a passing check returns at once; 60 s for
+    a loaded machine)."""
     deadline = time.monotonic() + wait_s
     while True:
         alive = []

@@ -10,6 +10,7 @@ emulator).
 
 from __future__ import annotations
 
+import os
 import stat
 import threading
 import time
@@ -69,7 +70,12 @@ def test_the_head_marker_ends_the_worker_with_0_and_an_old_marker_does_not(
         run_worker(["sh", "-c", "sleep 0.5; exit 3"], done, node_rank=1, poll_s=0.05)
 
     def head_finishes() -> None:
-        time.sleep(0.5)
+        # Once the worker's node runs (after run_worker removed any old marker): a fixed 0.5 s
+        # could touch it before the removal on a loaded machine, and the worker waited 60 s.
+        deadline = time.monotonic() + 60
+        while not _child_named(b"sleep") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
         done.touch()
 
     thread = threading.Thread(target=head_finishes)
@@ -78,3 +84,18 @@ def test_the_head_marker_ends_the_worker_with_0_and_an_old_marker_does_not(
     run_worker(["sleep", "60"], done, node_rank=1, poll_s=0.05)  # returns: exit 0
     thread.join()
     assert time.monotonic() - started < 30
+
+
+def _child_named(name: bytes) -> bool:
+    """Whether a child process of this one runs the program ``name`` (read from /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            program = (entry / "cmdline").read_bytes().split(b"\0")[0]
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and program == name:
+            return True
+    return False

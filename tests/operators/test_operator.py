@@ -242,7 +242,13 @@ def test_invalid_spec_fails_once_naming_the_field(
     ready = _condition(server, "invalid", "Ready")
     assert ready is not None and ready["reason"] == "InvalidSpec"
     assert "spec.algorithm.learning_rate" in ready["message"]
-    time.sleep(3)  # three timer intervals: a retry loop would have posted more events by now
+    # kopf posts events apart from the status patch: wait until both are there, then give a
+    # retry loop three timer intervals to post more.
+    wait_for(
+        "the events",
+        lambda: {"PhaseFailed", "InvalidSpec"} <= set(_events(server, "invalid")),
+    )
+    time.sleep(3)
     events = _events(server, "invalid")
     assert events.count("PhaseFailed") == 1 and events.count("InvalidSpec") == 1, events
     assert "invalid" not in server.objects(PYTORCHJOBS, NAMESPACE)

@@ -226,6 +226,7 @@ def test_parallelism_one_then_the_report_then_succeeded(
 
     _create(kube, small_doc("seq", seeds=1, parallelism=1))
     wait_for("the first Experiment", lambda: "seq-low-s0" in _runs(server, "seq"))
+    wait_for("counts (2, 2, 0, 0, 0)", lambda: _counts(server, "seq") == (2, 2, 0, 0, 0))
     time.sleep(3)  # three timer intervals: a second run would have been created by now
     assert list(_runs(server, "seq")) == ["seq-low-s0"]
     assert _counts(server, "seq") == (2, 2, 0, 0, 0)
@@ -314,7 +315,13 @@ def test_invalid_study_fails_once_naming_the_field(
     ready = _condition(server, "invalid", "Ready")
     assert ready["reason"] == "InvalidSpec"
     assert "spec.arms[0].override.algorithm.learning_rate" in ready["message"]
-    time.sleep(3)  # three timer intervals: a retry loop would have posted more events by now
+    # kopf posts events apart from the status patch: wait until it is there, then give a retry
+    # loop three timer intervals to post more.
+    wait_for(
+        "the PhaseFailed event",
+        lambda: "PhaseFailed" in [e.split(":")[0] for e in _events(server, "invalid")],
+    )
+    time.sleep(3)
     events = _events(server, "invalid")
     assert [e.split(":")[0] for e in events].count("PhaseFailed") == 1, events
     assert _runs(server, "invalid") == {}

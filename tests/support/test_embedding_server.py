@@ -227,8 +227,8 @@ def test_stop_cuts_an_injected_delay_short() -> None:
         time.sleep(0.01)
     start = time.monotonic()
     srv.stop()
-    caller.join(timeout=5)
-    assert time.monotonic() - start < 2.0
+    caller.join(timeout=30)
+    assert time.monotonic() - start < 10  # the delay is 30 s; slack for a loaded machine
     assert not caller.is_alive() and len(errors) == 1
 
 

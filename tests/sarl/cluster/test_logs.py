@@ -6,6 +6,7 @@ asked of the API server."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import kmock
@@ -152,7 +153,11 @@ def test_wait_for_the_pod_to_start_then_read(
         }
         core.create_namespaced_pod(ns, body)
         server.set_log(ns, "late-master-0", "started\n")
-        threading.Event().wait(0.5)
+        # The pod starts once the client has polled it Pending at least once (a fixed delay
+        # raced a slow first poll on a loaded machine).
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.05)
         core.patch_namespaced_pod("late-master-0", ns, {"status": {"phase": "Running"}})
 
     timer = threading.Timer(0.5, cluster)
