@@ -21,6 +21,7 @@ import yaml
 
 from sarl_jobs import verl_trainer
 from sarl_jobs.verl_trainer import DONE_MARKER, RayNodeLost, run_worker
+from tests.support.waiting import wait_until
 
 SPEC = {
     "metadata": {"name": "verl-2node"},
@@ -72,9 +73,7 @@ def test_the_head_marker_ends_the_worker_with_0_and_an_old_marker_does_not(
     def head_finishes() -> None:
         # Once the worker's node runs (after run_worker removed any old marker): a fixed 0.5 s
         # could touch it before the removal on a loaded machine, and the worker waited 60 s.
-        deadline = time.monotonic() + 60
-        while not _child_named(b"sleep") and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: _child_named(b"sleep"))
         time.sleep(0.3)
         done.touch()
 

@@ -22,6 +22,7 @@ pytest.importorskip("kmock")
 
 from sarl.cluster import ClusterClient
 from tests.support.kube_server import EXPERIMENTS, KubeServer, kube_server
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +79,8 @@ def set_status_once_created(
     """
 
     def later() -> None:
-        deadline = time.monotonic() + 60.0
-        while not server.call(lambda emulator: _exists(emulator, ns, name)):
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.02)
+        if not wait_until(lambda: server.call(lambda emulator: _exists(emulator, ns, name))):
+            return
         time.sleep(after_s)
         set_status(server, ns, name, status)
 

@@ -6,7 +6,6 @@ asked of the API server."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import kmock
@@ -17,6 +16,7 @@ from kubernetes import config
 from sarl.cluster import ClusterClient, ExperimentNotFound, NoPod
 from tests.sarl.cluster.conftest import experiment_doc, set_status
 from tests.support.kube_server import KubeServer
+from tests.support.waiting import wait_until
 
 
 def _pod(server: KubeServer, kubeconfig: Any, ns: str, name: str, labels: dict[str, str]) -> None:
@@ -155,9 +155,7 @@ def test_wait_for_the_pod_to_start_then_read(
         server.set_log(ns, "late-master-0", "started\n")
         # The pod starts once the client has polled it Pending at least once (a fixed delay
         # raced a slow first poll on a loaded machine).
-        deadline = time.monotonic() + 60
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: seen)
         core.patch_namespaced_pod("late-master-0", ns, {"status": {"phase": "Running"}})
 
     timer = threading.Timer(0.5, cluster)

@@ -23,6 +23,7 @@ from tests.support.embedding_server import (
     pseudo_embedding,
     running_embedding_server,
 )
+from tests.support.waiting import wait_until
 
 DIM = 32
 
@@ -243,9 +244,7 @@ def test_slow_server_times_out_after_all_attempts(server: EmbeddingServer) -> No
     assert time.monotonic() - start < 6  # not 2 x the server's 10 s; slack for a loaded machine
     # The server counts a request when its handler starts, which a loaded machine may delay
     # past the client's 0.2 s: wait for the count (a bound against hanging, not a timing check).
-    deadline = time.monotonic() + 30
-    while server.stats.requests < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: server.stats.requests >= 2, timeout_s=30)
     assert server.stats.requests == 2
 
 
